@@ -1,0 +1,9 @@
+"""The op library: custom autograd Functions, their functional aliases and built-in twins."""
+
+from .cube import Cube, cube
+from .legendre import LegendreP3, legendre_p3, legendre_p3_builtin
+from .linear import LinearFn, linear, linear_builtin
+from .memory import SavedBytes, saved_tensor_bytes
+from .mul_constant import MulConstant, mul_constant
+from .relu import ReLUFn, relu
+from .scalar_tensor import ScalarTensor

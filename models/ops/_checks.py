@@ -1,0 +1,41 @@
+"""Input checks shared by the ops: clear errors that name the op and the problem."""
+
+from __future__ import annotations
+
+import torch
+
+IMPLS = ("custom", "builtin")
+
+
+def check_impl(op: str, impl: str) -> None:
+    """Raise ValueError unless `impl` is 'custom' or 'builtin'."""
+    if impl not in IMPLS:
+        raise ValueError(f"{op}: impl must be one of {IMPLS}, got {impl!r}")
+
+
+def check_float_tensor(op: str, name: str, t: object) -> None:
+    """Raise TypeError unless `t` is a floating-point tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(
+            f"{op}: {name} must have a floating-point dtype, got {t.dtype}; "
+            f"convert it first, e.g. {name}.float()"
+        )
+
+
+def check_same_dtype_device(op: str, ref_name: str, ref: torch.Tensor, **others) -> None:
+    """Raise TypeError/ValueError when tensors in `others` differ from `ref` in dtype or device."""
+    for name, t in others.items():
+        if t is None:
+            continue
+        if t.dtype != ref.dtype:
+            raise TypeError(
+                f"{op}: {name} has dtype {t.dtype} but {ref_name} has {ref.dtype}; "
+                "cast them to one dtype"
+            )
+        if t.device != ref.device:
+            raise ValueError(
+                f"{op}: {name} is on {t.device} but {ref_name} is on {ref.device}; "
+                "move them to one device"
+            )

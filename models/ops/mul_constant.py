@@ -1,0 +1,50 @@
+"""x · c for a Python number c: an op with a non-tensor argument."""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from ._checks import check_float_tensor, check_impl
+from ._function import Function
+
+
+class MulConstant(Function):
+    """x * c; c gets no gradient, and a missing incoming gradient stays missing."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor, constant: float) -> torch.Tensor:
+        return x * constant
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.constant = inputs[1]
+        # An unused output then reaches backward as None instead of a zero-filled tensor.
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor | None):
+        if grad is None:
+            return None, None
+        return grad * ctx.constant, None
+
+    @staticmethod
+    def jvp(ctx, x_tangent: torch.Tensor, _constant_tangent):
+        return x_tangent * ctx.constant
+
+
+def mul_constant(x: torch.Tensor, c: float, impl: str = "custom") -> torch.Tensor:
+    """x * c for a real Python number c; impl='builtin' is plain `x * c`."""
+    check_float_tensor("mul_constant", "x", x)
+    if isinstance(c, bool) or not isinstance(c, numbers.Real):
+        raise TypeError(
+            f"mul_constant: c must be a real Python number (int or float), got {type(c).__name__}; "
+            "for a tensor factor use torch.mul"
+        )
+    if impl == "custom":
+        return MulConstant.apply(x, float(c))
+    check_impl("mul_constant", impl)
+    return x * c
