@@ -1,0 +1,73 @@
+"""nn.Modules built on the op library; `impl="builtin"` swaps each op for its PyTorch twin."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .ops import linear, relu
+from .ops._checks import check_impl
+
+
+class Linear(nn.Module):
+    """Drop-in for nn.Linear (same parameters, init and state_dict) running the custom op."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        impl: str = "custom",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        check_impl("Linear", impl)
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Linear: {name} must be a positive int, got {value!r}")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.impl = impl
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, **factory))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_features, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialize exactly as nn.Linear does (Kaiming-uniform weight, fan-in-bounded bias)."""
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features)
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ weight.T + bias."""
+        return linear(x, self.weight, self.bias, self.impl)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, impl={self.impl!r}"
+        )
+
+
+class ReLU(nn.Module):
+    """Drop-in for nn.ReLU running the mask-saving custom op."""
+
+    def __init__(self, impl: str = "custom") -> None:
+        super().__init__()
+        check_impl("ReLU", impl)
+        self.impl = impl
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """max(x, 0)."""
+        return relu(x, self.impl)
+
+    def extra_repr(self) -> str:
+        return f"impl={self.impl!r}"
