@@ -47,6 +47,7 @@ def runs_table(stats: list[RunStats]) -> str:
         "optimizer",
         "final loss",
         "steps/s",
+        "median step (ms)",
         "saved bytes/step",
         "wall time (s)",
     ]
@@ -58,6 +59,7 @@ def runs_table(stats: list[RunStats]) -> str:
             s.run.optimizer,
             _num(s.final_loss, ".6g"),
             _num(s.steps_per_s, ".1f"),
+            _num(s.step_ms, ".4g"),
             _num(s.saved_bytes, ",.0f"),
             _num(s.wall_s, ".3f"),
         ]
@@ -84,7 +86,7 @@ def pairs_table(pairs: list[PairStats]) -> str:
             f"`{p.other.run.name}` / `{p.builtin.run.name}`",
             str(p.common_steps),
             _num(p.max_rel_dloss, ".3e"),
-            _num(p.time_ratio, ".4f"),
+            _num(p.time_ratio, ".4f") + (" (wall)" if p.time_basis == "wall" else ""),
             _num(p.bytes_ratio, ".4f"),
         ]
         for p in pairs
@@ -94,12 +96,14 @@ def pairs_table(pairs: list[PairStats]) -> str:
 
 NOTES = f"""\
 - final loss: the last `{LOSS}` value. steps/s and wall time: from the event wall times of
-  `{LOSS}` (first to last step), or from the sum of `{STEP_MS}` where the events can't time it.
+  `{LOSS}` (first to last step, logging included), or from the mean of `{STEP_MS}` where the
+  events can't time it. median step: the median of `{STEP_MS}` (the optimizer step alone).
 - saved bytes/step: the median of `{SAVED_BYTES}`.
 - max abs(Δloss) relative: max over common steps of |l_custom − l_builtin| / max(|l_builtin|,
   tiny), from TensorBoard's float32 scalars.
-- time ratio: custom / builtin seconds per step (> 1: custom is slower);
-  saved-bytes ratio: custom / builtin median saved bytes per step.
+- time ratio: custom / builtin median step time (> 1: custom is slower); marked (wall) where a
+  run lacks `{STEP_MS}` and the ratio is of seconds per step from the event wall times.
+- saved-bytes ratio: custom / builtin median saved bytes per step.
 - runs pair when their `.hydra/config.yaml` agree on everything but `impl` and output paths."""
 
 

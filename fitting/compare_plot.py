@@ -13,18 +13,19 @@ VAL_LOSS = "loss/val"
 MAX_PARAM_TAGS = 8
 COLUMNS = (
     "loss (log scale)",
-    "parameters",
+    "parameters (or weight norms)",
     "custom − builtin: loss / |builtin loss|",
-    "custom − builtin: parameters",
+    "custom − builtin: parameters (or weight norms)",
 )
 
 
 def param_tags(run: Run) -> list[str]:
-    """The run's `params/*` tags, else its per-layer norm tags (mlp, cnn), at most a few."""
-    tags = sorted(t for t in run.scalars if t.startswith("params/"))
-    if not tags:
-        tags = sorted(t for t in run.scalars if "norm" in t and not t.startswith("optim/"))
-    return tags[:MAX_PARAM_TAGS]
+    """The run's `params/*` tags (poly3), else its `weight_norm/*` ones (mlp, cnn); a few."""
+    for prefix in ("params/", "weight_norm/"):
+        tags = sorted(t for t in run.scalars if t.startswith(prefix))
+        if tags:
+            return tags[:MAX_PARAM_TAGS]
+    return []
 
 
 def group_label(group: list[Run]) -> str:

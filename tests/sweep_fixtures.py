@@ -34,8 +34,12 @@ def write_job(
     saved_bytes: int,
     params: dict[str, np.ndarray] | None = None,
     wall_step: bool = True,
+    busy: float | None = 0.8,
 ) -> Path:
-    """Write one job dir; step k's events get wall time T0 + k * step_s (unless not wall_step)."""
+    """Write one job dir; step k's events get wall time T0 + k * step_s (unless not wall_step).
+
+    time/step_ms is `busy` of step_s (step 0 a slow warm-up); with busy=None it isn't logged.
+    """
     hydra_dir = job_dir / ".hydra"
     hydra_dir.mkdir(parents=True)
     OmegaConf.save(OmegaConf.create(config), hydra_dir / "config.yaml")
@@ -45,7 +49,9 @@ def write_job(
         wall = T0 + step * step_s if wall_step else T0
         writer.add_scalar("loss/train", float(loss), step, walltime=wall)
         writer.add_scalar("memory/saved_bytes", saved_bytes, step, walltime=wall)
-        writer.add_scalar("time/step_ms", step_s * 1000.0, step, walltime=wall)
+        if busy is not None:
+            step_ms = step_s * 1000.0 * (busy if step else 20.0)
+            writer.add_scalar("time/step_ms", step_ms, step, walltime=wall)
         writer.add_scalar("optim/grad_norm", 1.0 / (step + 1), step, walltime=wall)
         for name, values in (params or {}).items():
             writer.add_scalar(f"params/{name}", float(values[step]), step, walltime=wall)
@@ -89,6 +95,7 @@ def write_sweep(root: Path, n: int = 20) -> dict[str, Path]:
             ["impl=builtin"],
             poly3_losses(n),
             step_s=0.002,
+            busy=0.5,
             saved_bytes=64_000,
             params=poly3_params(n),
         ),

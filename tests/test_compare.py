@@ -73,6 +73,8 @@ def test_per_run_table(report):
     assert float(custom["steps/s"]) == pytest.approx(1 / 0.003, rel=1e-3)
     assert float(custom["wall time (s)"]) == pytest.approx(19 * 0.003, abs=1e-3)
     assert custom["saved bytes/step"] == "48,000"
+    # time/step_ms: 0.8 of the 3 ms steps, but for a 60 ms warm-up step the median ignores.
+    assert float(custom["median step (ms)"]) == pytest.approx(2.4)
     assert runs["2_impl=custom,task=mlp"]["task"] == "mlp"
 
 
@@ -80,10 +82,13 @@ def test_pair_ratios_match_event_data(report, sweep):
     (pair,) = table(report[1], "Pairs")
     assert pair["runs (custom / builtin)"] == "`0_impl=custom` / `1_impl=builtin`"
     assert pair["common steps"] == "20"
-    assert float(pair["time ratio (c/b)"]) == pytest.approx(0.003 / 0.002, rel=1e-3)
+    runs = {r.name: r for r in read_runs(sweep)}
+    step_ms = {n: np.median(r.scalars["time/step_ms"].values) for n, r in runs.items()}
+    expected_time = step_ms["0_impl=custom"] / step_ms["1_impl=builtin"]
+    assert float(pair["time ratio (c/b)"]) == pytest.approx(expected_time, rel=1e-3)
+    assert expected_time == pytest.approx(2.4 / 1.0, rel=1e-5)
     assert float(pair["saved-bytes ratio (c/b)"]) == pytest.approx(48_000 / 64_000)
     # Event values are float32: recompute the gap from the events themselves.
-    runs = {r.name: r for r in read_runs(sweep)}
     lc = runs["0_impl=custom"].scalars["loss/train"].values
     lb = runs["1_impl=builtin"].scalars["loss/train"].values
     expected = np.max(np.abs(lc - lb) / np.abs(lb))
@@ -136,8 +141,21 @@ def test_timing_falls_back_to_step_ms(tmp_path, capsys):
     write_job(tmp_path / "j", job_config("custom"), [], poly3_losses(4), 0.004, 10, wall_step=False)
     assert main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
     (row,) = table(capsys.readouterr().out, "Runs")
-    assert float(row["steps/s"]) == pytest.approx(250.0)
-    assert float(row["wall time (s)"]) == pytest.approx(0.016)
+    mean_ms = (80.0 + 3 * 3.2) / 4  # one warm-up step, three of 0.8 * 4 ms
+    assert float(row["steps/s"]) == pytest.approx(1000 / mean_ms, rel=1e-3)
+    assert float(row["wall time (s)"]) == pytest.approx(4 * mean_ms / 1000, abs=1e-3)
+    assert "Timed from `time/step_ms`: `j`" in (tmp_path / "out" / "compare.md").read_text()
+
+
+def test_time_ratio_falls_back_to_wall_times(tmp_path, capsys):
+    losses = poly3_losses(5)
+    write_job(tmp_path / "c", job_config("custom"), [], losses, 0.006, 10, busy=None)
+    write_job(tmp_path / "b", job_config("builtin"), [], losses, 0.002, 10, busy=0.5)
+    assert main([str(tmp_path)]) == 0
+    (pair,) = table(capsys.readouterr().out, "Pairs")
+    assert pair["time ratio (c/b)"] == "3.0000 (wall)"
+    assert pair["max abs(Δloss) relative"] == "0.000e+00"
+    assert pair["saved-bytes ratio (c/b)"] == "1.0000"
 
 
 def test_longest_series_wins_over_hparams_subdir(tmp_path):
