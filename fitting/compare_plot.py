@@ -83,6 +83,16 @@ def _plot_row(axes, group: list[Run], pairs: list[tuple[Run, Run]]) -> None:
                 steps, po, pb = _common(other.scalars[tag], builtin.scalars[tag])
                 ax_dpar.plot(steps, po - pb, color=f"C{j}", label=tag.rsplit("/", 1)[-1])
     for ax in (ax_dloss, ax_dpar):
+        gaps = [np.max(np.abs(line.get_ydata()), initial=0.0) for line in ax.lines]
+        if gaps:
+            ax.text(
+                0.02,
+                0.97,
+                f"max |Δ| = {max(gaps):.3g}",
+                transform=ax.transAxes,
+                va="top",
+                fontsize=8,
+            )
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
         if not pairs:
