@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,7 @@ from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
 T0 = 1_700_000_000.0
+REPO = Path(__file__).resolve().parents[1]
 
 
 def job_config(impl: str, task: str = "poly3", optimizer: str = "sgd", lr: float = 5e-6) -> dict:
@@ -108,3 +111,23 @@ def write_sweep(root: Path, n: int = 20) -> dict[str, Path]:
             saved_bytes=1_000_000,
         ),
     }
+
+
+def run_train_sweep(sweep_dir: Path, *overrides: str) -> None:
+    """The real app: `python train.py -m impl=custom,builtin steps=50 OVERRIDES` into sweep_dir."""
+    sweep = ["-m", "impl=custom,builtin", "steps=50", f"hydra.sweep.dir={sweep_dir}"]
+    cmd = [sys.executable, "train.py", *sweep, *overrides]
+    result = subprocess.run(
+        cmd, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, f"{cmd} failed:\n{result.stderr[-4000:]}"
+
+
+def tensorboard_run_names(sweep_dir: Path) -> dict[str, str]:
+    """impl -> the run name TensorBoard gives each job's event file (its dir under sweep_dir)."""
+    names = {}
+    for event_file in sweep_dir.rglob("events.out.tfevents.*"):
+        job_dir = next(p for p in event_file.parents if (p / ".hydra").is_dir())
+        config = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
+        names[str(config.impl)] = event_file.parent.relative_to(sweep_dir).as_posix()
+    return names

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sweep_fixtures import job_config, poly3_losses, write_job, write_sweep
+from sweep_fixtures import job_config, poly3_losses, run_train_sweep, write_job, write_sweep
+from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
 from fitting.compare import main
 from fitting.runs_reader import RunsError, check_event_file, read_runs
@@ -214,3 +215,52 @@ def test_cli_error_has_no_traceback(tmp_path):
         f"python -m fitting.compare: error: {tmp_path / 'nonexistent'} does not exist; "
         "pass a sweep or run dir written by train.py"
     ]
+
+
+def event_values(job_dir: Path, tag: str) -> dict[int, float]:
+    """step -> value of `tag` in the job dir's own event files, read without fitting's reader."""
+    acc = EventAccumulator(str(job_dir), size_guidance={SCALARS: 0})
+    acc.Reload()
+    return {e.step: e.value for e in acc.Scalars(tag)}
+
+
+@pytest.mark.slow
+def test_compare_on_a_real_sweep(tmp_path):
+    sweep, out = tmp_path / "sweep", tmp_path / "out"
+    run_train_sweep(sweep, "task=poly3,mlp")
+    result = run_cli(str(sweep), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
+    assert table(result.stdout, "Pairs") == table((out / "compare.md").read_text(), "Pairs")
+
+    runs = {r["run"].strip("`"): r for r in table(result.stdout, "Runs")}
+    assert len(runs) == 4
+    for name, row in runs.items():
+        assert f"impl={row['impl']}" in name and f"task={row['task']}" in name
+        loss = event_values(sweep / name, "loss/train")
+        assert float(row["final loss"]) == pytest.approx(loss[max(loss)], rel=1e-5)
+
+    pairs = {p["task"]: p for p in table(result.stdout, "Pairs")}
+    assert set(pairs) == {"poly3", "mlp"}
+    for task, pair in pairs.items():
+        custom, builtin = (n.strip("`") for n in pair["runs (custom / builtin)"].split(" / "))
+        assert runs[custom]["impl"] == "custom" and runs[builtin]["impl"] == "builtin"
+        assert runs[custom]["task"] == runs[builtin]["task"] == task
+        c_dir, b_dir = sweep / custom, sweep / builtin
+        step_ms = [
+            np.median(list(event_values(d, "time/step_ms").values())) for d in (c_dir, b_dir)
+        ]
+        saved = [
+            np.median(list(event_values(d, "memory/saved_bytes").values())) for d in (c_dir, b_dir)
+        ]
+        lc, lb = event_values(c_dir, "loss/train"), event_values(b_dir, "loss/train")
+        common = sorted(set(lc) & set(lb))
+        rel = max(abs(lc[s] - lb[s]) / max(abs(lb[s]), np.finfo(np.float64).tiny) for s in common)
+        assert pair["common steps"] == str(len(common))
+        assert float(pair["time ratio (c/b)"]) == pytest.approx(step_ms[0] / step_ms[1], abs=1e-4)
+        assert float(pair["saved-bytes ratio (c/b)"]) == pytest.approx(
+            saved[0] / saved[1], abs=1e-4
+        )
+        assert float(pair["max abs(Δloss) relative"]) == pytest.approx(rel, rel=1e-3, abs=1e-300)
+    # Same data, same seed: the two implementations agree to float32 rounding.
+    assert float(pairs["poly3"]["max abs(Δloss) relative"]) < 1e-4
