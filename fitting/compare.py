@@ -111,10 +111,11 @@ def report(root: Path, out: Path) -> str:
     """Read the runs under `root`, write compare.md and compare.png to `out`; return the tables."""
     runs = read_runs(root)
     groups = group_runs(runs)
-    group_pairs = [pair_runs(g)[0] for g in groups]
+    paired = [pair_runs(g) for g in groups]
+    group_pairs = [group_pair for group_pair, _ in paired]
+    unpaired = [r.name for _, rest in paired for r in rest]
     stats = {id(r): run_stats(r) for r in runs}
     pairs = [pair_stats(stats[id(o)], stats[id(b)]) for gp in group_pairs for o, b in gp]
-    unpaired = [r.name for g in groups for r in pair_runs(g)[1]]
 
     tables = f"## Runs\n\n{runs_table([stats[id(r)] for r in runs])}\n\n"
     if pairs:
@@ -155,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunsError as exc:
         parser.exit(2, f"{PROG}: error: {exc}\n")
     except OSError as exc:
-        parser.exit(2, f"{PROG}: error: {exc}\n")
+        where = f"{exc.filename}: " if exc.filename else ""
+        hint = "check the path and its permissions"
+        parser.exit(2, f"{PROG}: error: {where}{exc.strerror or exc}; {hint}\n")
     sys.stdout.write(tables)
     print(f"\nwrote {(args.out or args.runs_dir) / 'compare.md'} and compare.png")
     return 0
