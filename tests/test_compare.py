@@ -264,3 +264,9 @@ def test_compare_on_a_real_sweep(tmp_path):
         assert float(pair["max abs(Δloss) relative"]) == pytest.approx(rel, rel=1e-3, abs=1e-300)
     # Same data, same seed: the two implementations agree to float32 rounding.
     assert float(pairs["poly3"]["max abs(Δloss) relative"]) < 1e-4
+
+
+def test_unwritable_out_is_a_clear_error(sweep, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    expect_error([str(sweep), "--out", str(blocker / "out")], capsys, str(blocker / "out"))
