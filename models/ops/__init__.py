@@ -1,6 +1,7 @@
 """The op library: custom autograd Functions, their functional aliases and built-in twins."""
 
 from .cube import Cube, cube
+from .fused_conv_bn import FusedConvBN2dFunction, fused_conv_bn2d, fused_conv_bn2d_builtin
 from .legendre import LegendreP3, legendre_p3, legendre_p3_builtin
 from .linear import LinearFn, linear, linear_builtin
 from .memory import SavedBytes, saved_tensor_bytes
