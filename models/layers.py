@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from .conv_bn import FusedConvBN2d, fuse_conv_bn, unfuse_conv_bn  # noqa: F401
 from .ops import linear, relu
 from .ops._checks import check_impl
 
