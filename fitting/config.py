@@ -1,0 +1,155 @@
+"""Structured-config schemas of the app, registered in Hydra's ConfigStore on import.
+
+The YAML files in `conf/` hold the values; these dataclasses hold the types, so a wrong type,
+an unknown key or an unknown enum option fails at composition with Hydra's own message.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+# The checkout that holds train.py, conf/ and fitting/: runs go to its outputs/ whatever the cwd.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class Impl(Enum):
+    custom = "custom"
+    builtin = "builtin"
+
+
+class Device(Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DType(Enum):
+    float32 = "float32"
+    float64 = "float64"
+
+
+class Target(Enum):
+    """1-D target functions of the mlp task."""
+
+    sin = "sin"
+    cos = "cos"
+    tanh = "tanh"
+    abs = "abs"
+    square = "square"
+    gauss = "gauss"
+
+
+@dataclass
+class LogConfig:
+    every: int = 1  # scalars (loss/train, time, memory, norms) every N steps
+    hist_every: int = 100  # weight/gradient histograms (mlp, cnn)
+    figure_every: int = 1000  # figure of the fit; one is always made at the end
+    val_every: int = 100  # loss/val, for tasks with a validation set
+    console_every: int = 0  # a console/log line every N steps; 0 = 10 lines per run
+
+
+@dataclass
+class SGDConfig:
+    name: str = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    dampening: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+
+
+@dataclass
+class AdamConfig:
+    name: str = "adam"
+    lr: float = 1e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    amsgrad: bool = False
+
+
+@dataclass
+class Poly3Init:
+    a: float = 0.0
+    b: float = -1.0
+    c: float = 0.0
+    d: float = 0.3
+
+
+@dataclass
+class Poly3Config:
+    name: str = "poly3"
+    n_points: int = 2000
+    x_min: float = -math.pi
+    x_max: float = math.pi
+    init: Poly3Init = field(default_factory=Poly3Init)
+
+
+@dataclass
+class MLPConfig:
+    name: str = "mlp"
+    target: Target = Target.sin
+    x_min: float = -math.pi
+    x_max: float = math.pi
+    n_points: int = 256
+    noise: float = 0.0  # std of Gaussian noise added to the training targets
+    n_val: int = 1000  # noiseless points on the same range for loss/val
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+
+
+@dataclass
+class CNNConfig:
+    name: str = "cnn"
+    n_train: int = 8192
+    n_val: int = 512
+    batch_size: int = 64
+    image_size: int = 32
+    noise: float = 0.1  # std of pixel noise
+    channels: list[int] = field(default_factory=lambda: [8, 16])
+
+
+@dataclass
+class Config:
+    task: Any = MISSING  # one of the task schemas, from the `task` group
+    optimizer: Any = MISSING  # one of the optimizer schemas, from the `optimizer` group
+    impl: Impl = Impl.custom
+    steps: int = 2000
+    seed: int = 0
+    device: Device = Device.auto
+    dtype: DType = DType.float32
+    # CPU threads for torch's ops; 0 keeps torch's default (one per core). One by default:
+    # the models are small, and on a busy 2-core machine two threads made the cnn step ~25x
+    # slower (each op's threads wait for one another).
+    threads: int = 1
+    log: LogConfig = field(default_factory=LogConfig)
+
+
+SCHEMAS: dict[str, type] = {
+    "schema_task_poly3": Poly3Config,
+    "schema_task_mlp": MLPConfig,
+    "schema_task_cnn": CNNConfig,
+    "schema_optimizer_sgd": SGDConfig,
+    "schema_optimizer_adam": AdamConfig,
+}
+
+
+def register_configs() -> None:
+    """Store the schemas (the YAML files in conf/ extend them) and the `repo_root` resolver."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    # Schemas are stored outside any group so that --help and the "available options" of an
+    # error list only the YAML options; each YAML file names its schema in its defaults list.
+    for name, node in SCHEMAS.items():
+        cs.store(name=name, node=node)
+    if not OmegaConf.has_resolver("repo_root"):
+        OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT))
+
+
+register_configs()

@@ -1,0 +1,92 @@
+"""The app as a plain function: `run(cfg, out_dir) -> final loss`, callable without Hydra."""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from .loop import fit
+from .optimizers import build_optimizer
+from .tasks import build_task
+from .tb_logging import TBLogger
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: DictConfig, out_dir: str | Path) -> float:
+    """Train as `cfg` says, write the TensorBoard run and figures to `out_dir`; return the
+    final training loss."""
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    impl, device, dtype = _value(cfg.impl), resolve_device(_value(cfg.device)), _dtype(cfg)
+    if cfg.threads < 0:
+        raise ValueError(f"threads must be >= 0 (0 = torch's default), got {cfg.threads}")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)  # model initialization; data use their own seeded generator
+    task = build_task(cfg.task, impl, device, dtype, cfg.seed)
+    optimizer = build_optimizer(cfg.optimizer, task.model)
+    log.info(
+        "task=%s impl=%s optimizer=%s lr=%g steps=%d seed=%d device=%s dtype=%s",
+        task.name, impl, cfg.optimizer.name, cfg.optimizer.lr, cfg.steps, cfg.seed, device,
+        _value(cfg.dtype),
+    )
+
+    with TBLogger(out) as tb:
+        result = fit(task, optimizer, cfg.steps, cfg.log, tb, out)
+        summary = task.summary(task.model)
+        metrics = {"final/loss": result.final_loss, "final/step_ms": result.step_ms_median,
+                   "final/saved_bytes": float(result.saved_bytes)}
+        if result.val_loss is not None:
+            metrics["final/val_loss"] = result.val_loss
+        metrics.update({f"final/{k}": v for k, v in summary.items()})
+        tb.hparams(hparams(cfg, task.name, device), metrics, cfg.steps)
+
+    log.info("Result: %s", task.describe(task.model))
+    log.info("final loss %.6g%s after %d steps (%.2f s, median step %.3f ms, %d bytes saved "
+             "for backward per step)", result.final_loss,
+             "" if result.val_loss is None else f", val loss {result.val_loss:.6g}",
+             cfg.steps, result.wall_s, result.step_ms_median, result.saved_bytes)
+    log.info("final: %s", ", ".join(f"{k}={v:.6g}" for k, v in summary.items()))
+    log.info("figure: %s", result.figures[-1])
+    log.info("run dir: %s", out)
+    log.info("view it: tensorboard --logdir %s", out)
+    return result.final_loss
+
+
+def hparams(cfg: DictConfig, task: str, device: torch.device) -> dict[str, Any]:
+    """The run's hyperparameters for TensorBoard's HParams tab (numbers and strings only)."""
+    return {
+        "task": task,
+        "impl": _value(cfg.impl),
+        "optimizer": cfg.optimizer.name,
+        "lr": cfg.optimizer.lr,
+        "steps": cfg.steps,
+        "seed": cfg.seed,
+        "device": str(device),
+        "dtype": _value(cfg.dtype),
+    }
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' is cuda when available, else cpu; 'cuda' without CUDA is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device=cuda but CUDA is not available; use device=auto or device=cpu")
+    return torch.device(name)
+
+
+def _dtype(cfg: DictConfig) -> torch.dtype:
+    """The torch dtype named by cfg.dtype (float32 or float64)."""
+    return {"float32": torch.float32, "float64": torch.float64}[_value(cfg.dtype)]
+
+
+def _value(option: Enum | str) -> str:
+    """An enum option's string (plain strings pass through, e.g. from a hand-made config)."""
+    return option.value if isinstance(option, Enum) else option

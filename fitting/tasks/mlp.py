@@ -1,0 +1,102 @@
+"""mlp: an MLP of custom Linear + ReLU layers fitting a 1-D target function (MSE)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from models.mlp import MLP
+
+from .data import target_function
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def residuals(model: MLP, batch: Batch) -> torch.Tensor:
+    """Prediction minus target, shape (n, 1); the loss is their mean square."""
+    x, y = batch
+    return model(x) - y
+
+
+class MLPTask:
+    """Full-batch fit of `target` on n_points evenly spaced x (plus noise); validation on the
+    noiseless target at n_val points of the same range."""
+
+    name = "mlp"
+    reduction = "mean"
+    has_validation = True
+    residuals = staticmethod(residuals)
+
+    def __init__(
+        self,
+        cfg: Any,
+        impl: str,
+        device: torch.device,
+        dtype: torch.dtype,
+        generator: torch.Generator,
+    ) -> None:
+        if cfg.n_points < 1 or cfg.n_val < 1 or not cfg.x_min < cfg.x_max or cfg.noise < 0:
+            raise ValueError(
+                "mlp: need task.n_points >= 1, task.n_val >= 1, task.x_min < task.x_max "
+                "and task.noise >= 0"
+            )
+        if any(h < 1 for h in cfg.hidden):
+            raise ValueError(f"mlp: task.hidden sizes must be >= 1, got {list(cfg.hidden)}")
+        self.target_name = getattr(cfg.target, "value", cfg.target)
+        f = target_function(self.target_name)
+        x = torch.linspace(cfg.x_min, cfg.x_max, cfg.n_points, dtype=torch.float64)
+        y = f(x) + cfg.noise * torch.randn(x.shape, generator=generator, dtype=torch.float64)
+        x_val = torch.linspace(cfg.x_min, cfg.x_max, cfg.n_val, dtype=torch.float64)
+        # Made in float64 on the CPU so a seed gives the same data on every device and dtype.
+        self.data: Batch = _column(x, y, device, dtype)
+        self.val: Batch = _column(x_val, f(x_val), device, dtype)
+        self.noise = cfg.noise
+        self.model = MLP(1, list(cfg.hidden), 1, impl=impl, device=device, dtype=dtype)
+
+    def batch(self, step: int) -> Batch:
+        """The whole training set, every step."""
+        return self.data
+
+    def validate(self, model: MLP) -> float:
+        """MSE against the noiseless target on the validation grid."""
+        with torch.no_grad():
+            return residuals(model, self.val).pow(2).mean().item()
+
+    def summary(self, model: MLP) -> dict[str, float]:
+        """Final training MSE and validation MSE."""
+        with torch.no_grad():
+            train_mse = residuals(model, self.data).pow(2).mean().item()
+        return {"train_mse": train_mse, "val_mse": self.validate(model)}
+
+    def describe(self, model: MLP) -> str:
+        """Architecture and target in one line."""
+        sizes = [m.in_features for m in model if hasattr(m, "in_features")] + [1]
+        return f"MLP {'-'.join(map(str, sizes))} fitting {self.target_name}(x)"
+
+    def figure(self, model: MLP, step: int):
+        """Training points, the target and the prediction on the validation grid."""
+        from matplotlib.figure import Figure
+
+        x, y = (t.squeeze(1).cpu().numpy() for t in self.data)
+        xv, yv = self.val
+        with torch.no_grad():
+            pred = model(xv).squeeze(1).cpu().numpy()
+        xv, yv = xv.squeeze(1).cpu().numpy(), yv.squeeze(1).cpu().numpy()
+        fig = Figure(figsize=(6.4, 4.0))
+        ax = fig.subplots()
+        if self.noise > 0:
+            ax.scatter(x, y, s=6, color="0.6", label="training points")
+        ax.plot(xv, yv, linewidth=2.5, color="0.7", label=f"target {self.target_name}(x)")
+        ax.plot(xv, pred, color="C1", label="prediction")
+        val = float(((pred - yv) ** 2).mean())
+        title = f"step {step}: {self.describe(model)}, val MSE {val:.3g}"
+        ax.set(xlabel="x", ylabel="y", title=title)
+        ax.legend(loc="best")
+        ax.grid(alpha=0.3)
+        return fig
+
+
+def _column(x: torch.Tensor, y: torch.Tensor, device: torch.device, dtype: torch.dtype) -> Batch:
+    """(x, y) as (n, 1) tensors on `device` in `dtype`."""
+    return x.view(-1, 1).to(device, dtype), y.view(-1, 1).to(device, dtype)

@@ -1,0 +1,66 @@
+"""poly3: the tutorial experiment, y = sin(x) fitted by y = a + b * P3(c + d x)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from models.poly3 import Poly3
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def residuals(model: Poly3, batch: Batch) -> torch.Tensor:
+    """y_pred - y; the loss is their sum of squares, as in the tutorial."""
+    x, y = batch
+    return model(x) - y
+
+
+class Poly3Task:
+    """Full-batch fit of sin on [x_min, x_max] (n_points points); no validation set."""
+
+    name = "poly3"
+    reduction = "sum"
+    has_validation = False
+    residuals = staticmethod(residuals)
+
+    def __init__(self, cfg: Any, impl: str, device: torch.device, dtype: torch.dtype) -> None:
+        if cfg.n_points < 2 or not cfg.x_min < cfg.x_max:
+            raise ValueError("poly3: need task.n_points >= 2 and task.x_min < task.x_max")
+        x = torch.linspace(cfg.x_min, cfg.x_max, cfg.n_points, device=device, dtype=dtype)
+        self.data: Batch = (x, torch.sin(x))
+        init = cfg.init
+        self.model = Poly3(init.a, init.b, init.c, init.d, impl=impl, device=device, dtype=dtype)
+
+    def batch(self, step: int) -> Batch:
+        """The whole data set, every step."""
+        return self.data
+
+    def validate(self, model: Poly3) -> float:
+        """Not used: poly3 has no validation set."""
+        raise NotImplementedError("poly3 has no validation set")
+
+    def summary(self, model: Poly3) -> dict[str, float]:
+        """The four fitted parameters."""
+        return {name: p.item() for name, p in model.named_parameters()}
+
+    def describe(self, model: Poly3) -> str:
+        """The fitted formula, y = a + b * P3(c + d x) with the numbers."""
+        return model.formula()
+
+    def figure(self, model: Poly3, step: int):
+        """sin(x) and the fit, the current formula in the title."""
+        from matplotlib.figure import Figure
+
+        x, y = self.data
+        with torch.no_grad():
+            pred = model(x)
+        fig = Figure(figsize=(6.4, 4.0))
+        ax = fig.subplots()
+        ax.plot(x.cpu().numpy(), y.cpu().numpy(), label="target sin(x)", linewidth=2.5, color="0.7")
+        ax.plot(x.cpu().numpy(), pred.cpu().numpy(), label="prediction", color="C0")
+        ax.set(xlabel="x", ylabel="y", title=f"step {step}: {model.formula(digits=4)}")
+        ax.legend(loc="upper left")
+        ax.grid(alpha=0.3)
+        return fig
