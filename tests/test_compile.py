@@ -1,4 +1,4 @@
-"""torch.compile (inductor, CPU) of the poly3 model: loss and gradients equal eager."""
+"""torch.compile (inductor, CPU) of models built on the custom ops: one graph, equal to eager."""
 
 from __future__ import annotations
 
@@ -8,22 +8,10 @@ import pytest
 import torch
 from torch import nn
 
+from models.layers import Linear, ReLU
 from models.ops import legendre_p3
-from models.ops.legendre import LegendreP3
 
 pytestmark = pytest.mark.slow
-
-
-class _LegendreP3WithoutJvp(LegendreP3):
-    """The proposed compile twin: LegendreP3 minus `jvp`, which dynamo cannot trace (gb0144)."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-def _p3_compile_twin(x: torch.Tensor) -> torch.Tensor:
-    # The fix proposed for models/ops/legendre.py: route to the twin while dynamo traces.
-    cls = _LegendreP3WithoutJvp if torch.compiler.is_compiling() else LegendreP3
-    return cls.apply(x)
 
 
 class Poly3(nn.Module):
@@ -41,7 +29,6 @@ class Poly3(nn.Module):
 
 P3S = {
     "builtin": lambda x: legendre_p3(x, "builtin"),
-    "custom-twin": _p3_compile_twin,
     "custom": legendre_p3,
 }
 
@@ -63,30 +50,26 @@ def _check_compiled_equals_eager(p3_name: str) -> None:
     torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("p3_name", ("builtin", "custom-twin"))
+@pytest.mark.parametrize("p3_name", ("builtin", "custom"))
 def test_fullgraph_compile_matches_eager(p3_name):
     _check_compiled_equals_eager(p3_name)
 
 
-@pytest.mark.xfail(
-    raises=torch._dynamo.exc.Unsupported,
-    strict=True,
-    reason="dynamo 2.13 refuses autograd.Functions with a custom jvp ('Unsupported custom jvp', "
-    "gb0144); fixed by routing legendre_p3 to a jvp-less twin under torch.compiler."
-    "is_compiling() as _p3_compile_twin does here",
-)
-def test_fullgraph_compile_of_the_custom_op_matches_eager():
-    _check_compiled_equals_eager("custom")
-
-
-def test_custom_op_compiles_with_graph_breaks_and_matches_eager():
+@pytest.mark.parametrize("impl", ("custom", "builtin"))
+def test_mlp_of_custom_layers_compiles_without_graph_breaks(impl):
     torch._dynamo.reset()
-    model = Poly3(legendre_p3)
-    x = torch.linspace(-1.0, 1.0, 64, dtype=torch.float64)
-    explanation = torch._dynamo.explain(model)(x)
-    reasons = " ".join(r.reason for r in explanation.break_reasons)
-    assert explanation.graph_break_count >= 1 and "custom jvp" in reasons
-    eager = _loss_and_grads(model, model)
-    compiled = _loss_and_grads(model, torch.compile(model))
-    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=0)
-    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-10, atol=1e-10)
+    torch.manual_seed(0)
+    model = nn.Sequential(Linear(1, 16, impl=impl), ReLU(impl=impl), Linear(16, 1, impl=impl))
+    x = torch.randn(64, 1)
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(model, fullgraph=True)
+    results = []
+    for forward in (model, compiled):
+        model.zero_grad()
+        loss = forward(x).square().mean()
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(results[1][0], results[0][0])
+    for g_compiled, g_eager in zip(results[1][1], results[0][1], strict=True):
+        torch.testing.assert_close(g_compiled, g_eager)

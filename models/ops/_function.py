@@ -21,7 +21,11 @@ class Function(torch.autograd.Function):
 
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
-        if kwargs or torch._C._are_functorch_transforms_active():
+        if (
+            kwargs
+            or torch.compiler.is_compiling()
+            or torch._C._are_functorch_transforms_active()
+        ):
             return super().apply(*args, **kwargs)
         # Same as the standard path: tensors left over from a finished torch.func transform
         # are unwrapped before they reach autograd.
@@ -45,3 +49,10 @@ def is_functorch_wrapped(t: torch.Tensor) -> bool:
     return torch._C._functorch.is_functorch_wrapped_tensor(
         t
     ) or torch._C._functorch.is_legacy_batchedtensor(t)
+
+
+def without_jvp(cls: type[Function]) -> type[Function]:
+    """A subclass of `cls` minus its `jvp`, the variant used while torch.compile traces."""
+    # Dynamo refuses any autograd.Function that defines jvp ("Unsupported custom jvp"), and
+    # compiled graphs never ask for one; eager forward-mode AD keeps using `cls`.
+    return type(f"{cls.__name__}NoJvp", (cls,), {"jvp": torch.autograd.Function.jvp})

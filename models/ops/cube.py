@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_float_tensor, check_impl
-from ._function import Function, forward_ad_active
+from ._function import Function, forward_ad_active, without_jvp
 
 
 class Cube(Function):
@@ -47,11 +47,14 @@ class Cube(Function):
         return x_tangent * dx, x_tangent * 6 * x
 
 
+_CubeNoJvp = without_jvp(Cube)
+
+
 def cube(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
     """x³ elementwise with exact higher derivatives; impl='builtin' is `x ** 3`."""
     check_float_tensor("cube", "x", x)
     if impl == "custom":
-        result, _ = Cube.apply(x)
+        result, _ = (_CubeNoJvp if torch.compiler.is_compiling() else Cube).apply(x)
         return result
     check_impl("cube", impl)
     return x**3

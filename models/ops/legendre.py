@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_float_tensor, check_impl
-from ._function import Function
+from ._function import Function, without_jvp
 
 
 class LegendreP3(Function):
@@ -37,6 +37,9 @@ class LegendreP3(Function):
         return x_tangent * _dp3(x)
 
 
+_LegendreP3NoJvp = without_jvp(LegendreP3)
+
+
 def _dp3(x: torch.Tensor) -> torch.Tensor:
     """P3'(x) = 7.5x² − 1.5, in place when nothing records a graph through it."""
     if torch.is_grad_enabled() and x.requires_grad:
@@ -54,6 +57,6 @@ def legendre_p3(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
     """P3(x) = ½(5x³ − 3x) elementwise; impl='builtin' uses the eager expression."""
     check_float_tensor("legendre_p3", "x", x)
     if impl == "custom":
-        return LegendreP3.apply(x)
+        return (_LegendreP3NoJvp if torch.compiler.is_compiling() else LegendreP3).apply(x)
     check_impl("legendre_p3", impl)
     return legendre_p3_builtin(x)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_float_tensor, check_impl, check_same_dtype_device
-from ._function import Function, forward_ad_active
+from ._function import Function, forward_ad_active, without_jvp
 
 
 class LinearFn(Function):
@@ -58,6 +58,9 @@ class LinearFn(Function):
         return out_t.expand(*x.shape[:-1], weight.shape[0])
 
 
+_LinearFnNoJvp = without_jvp(LinearFn)
+
+
 def linear_builtin(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
     """torch.nn.functional.linear, the built-in twin."""
     return F.linear(x, weight, bias)
@@ -92,6 +95,8 @@ def linear(
     """x @ weight.T + bias over any leading dims, like F.linear; impl='builtin' is F.linear."""
     _check_linear(x, weight, bias)
     if impl == "custom":
-        return LinearFn.apply(x, weight, bias)
+        return (_LinearFnNoJvp if torch.compiler.is_compiling() else LinearFn).apply(
+            x, weight, bias
+        )
     check_impl("linear", impl)
     return F.linear(x, weight, bias)

@@ -7,7 +7,7 @@ import numbers
 import torch
 
 from ._checks import check_float_tensor, check_impl
-from ._function import Function
+from ._function import Function, without_jvp
 
 
 class MulConstant(Function):
@@ -36,6 +36,9 @@ class MulConstant(Function):
         return x_tangent * ctx.constant
 
 
+_MulConstantNoJvp = without_jvp(MulConstant)
+
+
 def mul_constant(x: torch.Tensor, c: float, impl: str = "custom") -> torch.Tensor:
     """x * c for a real Python number c; impl='builtin' is plain `x * c`."""
     check_float_tensor("mul_constant", "x", x)
@@ -45,6 +48,8 @@ def mul_constant(x: torch.Tensor, c: float, impl: str = "custom") -> torch.Tenso
             "for a tensor factor use torch.mul"
         )
     if impl == "custom":
-        return MulConstant.apply(x, float(c))
+        return (_MulConstantNoJvp if torch.compiler.is_compiling() else MulConstant).apply(
+            x, float(c)
+        )
     check_impl("mul_constant", impl)
     return x * c

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_float_tensor, check_impl
-from ._function import Function, forward_ad_active, is_functorch_wrapped
+from ._function import Function, forward_ad_active, is_functorch_wrapped, without_jvp
 
 
 class ReLUFn(Function):
@@ -37,13 +37,21 @@ class ReLUFn(Function):
         return x_tangent * mask.view(torch.uint8).to(x_tangent.dtype)
 
 
+_ReLUFnNoJvp = without_jvp(ReLUFn)
+
+
 def _apply_mask(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """t where mask else 0, as a multiply by the mask converted to t's dtype."""
     # bool→float conversion is unvectorized (~8× slower than uint8→float here), and
     # torch.where / masked_fill / t * bool are slower still; the bytes are the same.
     mask_f = mask.view(torch.uint8).to(t.dtype)
-    if (torch.is_grad_enabled() and t.requires_grad) or is_functorch_wrapped(t):
-        # create_graph=True or under vmap: out of place, so it can be differentiated/batched.
+    if (
+        torch.compiler.is_compiling()
+        or (torch.is_grad_enabled() and t.requires_grad)
+        or is_functorch_wrapped(t)
+    ):
+        # Traced, create_graph=True or vmapped: out of place, so it can be compiled,
+        # differentiated or batched.
         return t * mask_f
     return mask_f.mul_(t)
 
@@ -52,6 +60,6 @@ def relu(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
     """max(x, 0) elementwise; impl='builtin' is torch.relu."""
     check_float_tensor("relu", "x", x)
     if impl == "custom":
-        return ReLUFn.apply(x)
+        return (_ReLUFnNoJvp if torch.compiler.is_compiling() else ReLUFn).apply(x)
     check_impl("relu", impl)
     return torch.relu(x)
