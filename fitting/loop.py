@@ -63,7 +63,7 @@ def fit(
         bar = stack.enter_context(progress_bar(steps)) if show_progress() else None
         for step in range(steps):
             batch = task.batch(step)
-            logging_step = step % every == 0
+            logging_step = step % every == 0 or step == steps - 1
             if step > 0 and fig_every and step % fig_every == 0:
                 figures.append(_figure(task, tb, step, out_dir))
             if val_every and step % val_every == 0:

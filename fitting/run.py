@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from .loop import fit
+from .loop import FitResult, fit
 from .optimizers import build_optimizer
 from .tasks import build_task
 from .tb_logging import TBLogger
@@ -19,39 +21,32 @@ log = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> float:
-    """Train as `cfg` says, write the TensorBoard run and figures to `out_dir`; return the
-    final training loss."""
+    """Train as `cfg` says, writing the TensorBoard run and figures to `out_dir`; return the
+    final training loss (that of the last step, as the tutorial prints it)."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     impl, device, dtype = _value(cfg.impl), resolve_device(_value(cfg.device)), _dtype(cfg)
-    if cfg.threads < 0:
-        raise ValueError(f"threads must be >= 0 (0 = torch's default), got {cfg.threads}")
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)  # model initialization; data use their own seeded generator
-    task = build_task(cfg.task, impl, device, dtype, cfg.seed)
-    optimizer = build_optimizer(cfg.optimizer, task.model)
-    log.info(
-        "task=%s impl=%s optimizer=%s lr=%g steps=%d seed=%d device=%s dtype=%s",
-        task.name, impl, cfg.optimizer.name, cfg.optimizer.lr, cfg.steps, cfg.seed, device,
-        _value(cfg.dtype),
-    )
-
-    with TBLogger(out) as tb:
-        result = fit(task, optimizer, cfg.steps, cfg.log, tb, out)
-        summary = task.summary(task.model)
-        metrics = {"final/loss": result.final_loss, "final/step_ms": result.step_ms_median,
-                   "final/saved_bytes": float(result.saved_bytes)}
-        if result.val_loss is not None:
-            metrics["final/val_loss"] = result.val_loss
-        metrics.update({f"final/{k}": v for k, v in summary.items()})
-        tb.hparams(hparams(cfg, task.name, device), metrics, cfg.steps)
+    with torch_threads(cfg.threads):
+        torch.manual_seed(cfg.seed)  # model initialization; data use their own seeded generator
+        task = build_task(cfg.task, impl, device, dtype, cfg.seed)
+        optimizer = build_optimizer(cfg.optimizer, task.model)
+        log.info(
+            "task=%s impl=%s optimizer=%s lr=%g steps=%d seed=%d device=%s dtype=%s",
+            task.name, impl, cfg.optimizer.name, cfg.optimizer.lr, cfg.steps, cfg.seed,
+            device, _value(cfg.dtype),
+        )
+        with TBLogger(out) as tb:
+            result = fit(task, optimizer, cfg.steps, cfg.log, tb, out)
+            summary = task.summary(task.model)
+            tb.hparams(hparams(cfg, task.name, device), final_metrics(result, summary), cfg.steps)
 
     log.info("Result: %s", task.describe(task.model))
-    log.info("final loss %.6g%s after %d steps (%.2f s, median step %.3f ms, %d bytes saved "
-             "for backward per step)", result.final_loss,
-             "" if result.val_loss is None else f", val loss {result.val_loss:.6g}",
-             cfg.steps, result.wall_s, result.step_ms_median, result.saved_bytes)
+    val = "" if result.val_loss is None else f", val loss {result.val_loss:.6g}"
+    log.info(
+        "final loss %.6g%s after %d steps (%.2f s, median step %.3f ms, %d bytes saved for "
+        "backward per step)", result.final_loss, val, cfg.steps, result.wall_s,
+        result.step_ms_median, result.saved_bytes,
+    )
     log.info("final: %s", ", ".join(f"{k}={v:.6g}" for k, v in summary.items()))
     log.info("figure: %s", result.figures[-1])
     log.info("run dir: %s", out)
@@ -73,6 +68,19 @@ def hparams(cfg: DictConfig, task: str, device: torch.device) -> dict[str, Any]:
     }
 
 
+def final_metrics(result: FitResult, summary: dict[str, float]) -> dict[str, float]:
+    """The metrics shown next to the hparams: 'final/loss', 'final/val_loss', the task's own."""
+    metrics = {
+        "final/loss": result.final_loss,
+        "final/step_ms": result.step_ms_median,
+        "final/saved_bytes": float(result.saved_bytes),
+    }
+    if result.val_loss is not None:
+        metrics["final/val_loss"] = result.val_loss
+    metrics.update({f"final/{key}": value for key, value in summary.items()})
+    return metrics
+
+
 def resolve_device(name: str) -> torch.device:
     """'auto' is cuda when available, else cpu; 'cuda' without CUDA is an error."""
     if name == "auto":
@@ -80,6 +88,20 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device=cuda but CUDA is not available; use device=auto or device=cpu")
     return torch.device(name)
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Use `threads` CPU threads inside the block (0: torch's default), then restore."""
+    if threads < 0:
+        raise ValueError(f"threads must be >= 0 (0 = torch's default), got {threads}")
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _dtype(cfg: DictConfig) -> torch.dtype:
