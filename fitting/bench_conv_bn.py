@@ -1,26 +1,20 @@
 """Benchmark the fused Conv2d+BatchNorm2d op against the built-in pair: time, saved bytes, peak.
 
-`python -m fitting.bench_conv_bn` runs the benchmark twice, each in a fresh process: under
-glibc's default malloc and with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised (see
-fitting/allocator.py), and prints both tables. `--single` measures in this process only.
+Run it through `python -m fitting.bench --only conv_bn`, which measures it under glibc's
+default malloc and with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised, each in a fresh
+process (see fitting/allocator.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.benchmark import Timer
 
-from fitting.allocator import allocator_setting, describe_allocator, env_for, tune_malloc
+from fitting.allocator import allocator_setting
 from models.conv_bn import FusedConvBN2d
 from models.ops.fused_conv_bn import fused_conv_bn2d
 from models.ops.memory import saved_tensor_bytes
@@ -145,79 +139,3 @@ def bench_fused_conv_bn(device: torch.device | str, quick: bool = False) -> list
         for row in rows:
             row["name"] += f" [malloc: {allocator_setting()}]"
     return rows
-
-
-def format_table(rows: list[dict]) -> str:
-    """Rows as an aligned text table (ms, MiB, ratios)."""
-    head = (
-        f"{'benchmark':<78} {'custom ms':>9} {'builtin ms':>10} {'time x':>6} "
-        f"{'custom MiB':>10} {'builtin MiB':>11} {'bytes x':>7}  target"
-    )
-    lines = [head]
-    for r in rows:
-        lines.append(
-            f"{r['name']:<78} {r['custom_ms']:9.2f} {r['builtin_ms']:10.2f} "
-            f"{r['time_ratio']:6.2f} {r['custom_bytes'] / 2**20:10.2f} "
-            f"{r['builtin_bytes'] / 2**20:11.2f} {r['bytes_ratio']:7.3f}  {r['target']}"
-        )
-    return "\n".join(lines)
-
-
-def _run_child(setting: str, args: argparse.Namespace) -> tuple[str, list[dict]]:
-    """Run the benchmark in a fresh process under allocator `setting`; (allocator, rows)."""
-    root = Path(__file__).resolve().parents[1]
-    env = env_for("default" if setting == "mallopt" else setting)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "fitting.bench_conv_bn", "--single", "--json"]
-    cmd += (
-        ["--device", args.device]
-        + ["--quick"] * args.quick
-        + ["--mallopt"] * (setting == "mallopt")
-    )
-    out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
-    if out.returncode:
-        raise RuntimeError(f"bench_conv_bn under {setting!r} failed:\n{out.stderr[-2000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    return result["allocator"], result["rows"]
-
-
-def main(argv: list[str] | None = None) -> None:
-    """CLI: benchmark under each allocator setting (fresh processes) and print the tables."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
-    parser.add_argument("--single", action="store_true", help="measure in this process only")
-    parser.add_argument(
-        "--mallopt",
-        action="store_true",
-        help="call fitting.allocator.tune_malloc() first (with --single)",
-    )
-    parser.add_argument("--json", action="store_true", help="print rows as JSON (with --single)")
-    parser.add_argument(
-        "--settings",
-        default="default,tuned",
-        help="allocator settings: default, tuned (env), mallopt, jemalloc, tcmalloc",
-    )
-    args = parser.parse_args(argv)
-    if args.single:
-        if args.mallopt:
-            tune_malloc()
-        rows = bench_fused_conv_bn(args.device, quick=args.quick)
-        if args.json:
-            print(json.dumps({"allocator": describe_allocator(), "rows": rows}))
-        else:
-            print(f"allocator: {describe_allocator()}\n{format_table(rows)}")
-        return
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
-    for setting in args.settings.split(","):
-        try:
-            allocator, rows = _run_child(setting, args)
-        except (ValueError, RuntimeError) as err:  # e.g. jemalloc not installed
-            print(f"\n[{setting}] skipped: {err}")
-            continue
-        print(f"\n[{setting}] allocator: {allocator}\n{format_table(rows)}")
-    print("\nThe 1.3x time target is for the tuned allocator (see fitting/allocator.py).")
-
-
-if __name__ == "__main__":
-    main()

@@ -302,7 +302,9 @@ def test_benchmark_rows(monkeypatch):
     assert [list(r) for r in rows] == [keys, keys]
     assert rows[0]["bytes_ratio"] <= 0.4 and rows[1]["bytes_ratio"] < 1
     assert all(r["time_ratio"] > 0 and "[malloc: " in r["name"] for r in rows)
-    assert "custom ms" in bench_conv_bn.format_table(rows)
+    from fitting.bench import format_table
+
+    assert "custom ms" in format_table(rows)
 
 
 def test_allocator_env_for_child_processes():
