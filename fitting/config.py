@@ -125,8 +125,8 @@ class Config:
     device: Device = Device.auto
     dtype: DType = DType.float32
     # CPU threads for torch's ops; 0 keeps torch's default (one per core). One by default:
-    # the models are small, and on a busy 2-core machine two threads made the cnn step ~25x
-    # slower (each op's threads wait for one another).
+    # on a busy 2-core machine two threads made the cnn step ~25x slower (each op's threads
+    # wait for one another); on a quiet one they were ~1.4x faster (threads=0).
     threads: int = 1
     log: LogConfig = field(default_factory=LogConfig)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import statistics
 import sys
@@ -56,6 +57,7 @@ def fit(
     figures: list[Path] = []
     stats = {"saved_bytes": 0}
     val_loss = None
+    warned = False
     model.train()
     start = time.perf_counter()
 
@@ -93,6 +95,9 @@ def fit(
                 bar.update()
             if (step + 1) % console_every == 0:
                 log.info("step %d/%d  loss %.6g", step + 1, steps, loss.item())
+                if not (warned or math.isfinite(loss.item())):
+                    log.warning("the loss is %s: try a smaller optimizer.lr", loss.item())
+                    warned = True
 
     final_loss = loss.item()
     if task.has_validation:
