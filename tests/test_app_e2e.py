@@ -110,13 +110,16 @@ def test_runs_go_under_the_repo_outputs_whatever_the_cwd(tmp_path):
             made.parent.rmdir()
 
 
-def test_help_lists_groups_and_options():
+def test_help_and_cfg_job():
     out = train("--help").stdout
     assert "curve-fitting lab" in out
     assert "task: cnn, mlp, poly3" in out
     assert "optimizer: adam, sgd" in out
     assert "schema" not in out  # the schemas are not options
     assert "impl: custom" in out
+    job = train("task=mlp", "steps=5", "--cfg", "job").stdout
+    assert job.startswith("task:\n  name: mlp\n") and "\nsteps: 5\n" in job
+    assert "name: adam" in job and "hydra" not in job
 
 
 @pytest.mark.parametrize(
