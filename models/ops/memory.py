@@ -5,45 +5,47 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 
 @dataclass
 class SavedBytes:
-    """Running total of the bytes saved for backward inside a `saved_tensor_bytes()` block."""
+    """Totals for a `saved_tensor_bytes()` block: bytes of distinct storages, tensors saved."""
 
     bytes: int = 0
     tensors: int = 0
-    _seen: dict[int, weakref.ref] = field(default_factory=dict, repr=False)
 
-    def _count(self, t: torch.Tensor) -> None:
-        self.tensors += 1
-        try:
-            storage = t.untyped_storage()
-            key, nbytes = storage.data_ptr(), storage.nbytes()
-        except (RuntimeError, NotImplementedError):
-            # No plain storage (functorch-wrapped, sparse, ...): count the elements instead.
-            self.bytes += t.numel() * t.element_size()
-            return
-        ref = self._seen.get(key)
-        # The weak reference tells a storage still alive (already counted) from a new storage
-        # that happens to reuse the address of a freed one.
-        if ref is not None and ref() is not None:
-            return
-        self._seen[key] = weakref.ref(t)
-        self.bytes += nbytes
+
+def _identity(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 @contextmanager
 def saved_tensor_bytes() -> Iterator[SavedBytes]:
     """Count bytes saved for backward by forward passes inside the block (`saved.bytes`)."""
     saved = SavedBytes()
+    # Storage address -> weak reference to a tensor on it: a live entry means "already
+    # counted"; a dead one means the address was freed and reused by a new storage.
+    seen: dict[int, weakref.ref] = {}
 
+    # The hook runs for every saved tensor of every forward (the app logs it each step), so
+    # it is one flat function: no per-tensor method calls.
     def pack(t: torch.Tensor) -> torch.Tensor:
-        saved._count(t)
+        saved.tensors += 1
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            # No plain storage (functorch-wrapped, sparse, ...): count the elements instead.
+            saved.bytes += t.numel() * t.element_size()
+            return t
+        key = storage.data_ptr()
+        ref = seen.get(key)
+        if ref is None or ref() is None:
+            seen[key] = weakref.ref(t)
+            saved.bytes += storage.nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, _identity):
         yield saved
