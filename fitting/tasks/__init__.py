@@ -22,6 +22,7 @@ class Task(Protocol):
     reduction: str  # "sum" or "mean"
     model: nn.Module
     has_validation: bool
+    full_batch: bool  # batch(step) is the whole training set every step
 
     def batch(self, step: int) -> Any:
         """The training batch of iteration `step` (0-based)."""

@@ -26,6 +26,7 @@ class CNNTask:
     name = "cnn"
     reduction = "mean"
     has_validation = True
+    full_batch = False
     residuals = staticmethod(residuals)
 
     def __init__(

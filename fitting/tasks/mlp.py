@@ -26,6 +26,7 @@ class MLPTask:
     name = "mlp"
     reduction = "mean"
     has_validation = True
+    full_batch = True
     residuals = staticmethod(residuals)
 
     def __init__(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from models.poly3 import Poly3
+
+from ..poly3_optimum import exact_poly3_optimum
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -23,6 +26,7 @@ class Poly3Task:
     name = "poly3"
     reduction = "sum"
     has_validation = False
+    full_batch = True
     residuals = staticmethod(residuals)
 
     def __init__(self, cfg: Any, impl: str, device: torch.device, dtype: torch.dtype) -> None:
@@ -30,6 +34,10 @@ class Poly3Task:
             raise ValueError("poly3: need task.n_points >= 2 and task.x_min < task.x_max")
         x = torch.linspace(cfg.x_min, cfg.x_max, cfg.n_points, device=device, dtype=dtype)
         self.data: Batch = (x, torch.sin(x))
+        # The least-squares optimum is known in closed form on the tutorial's range: [-π, π]
+        # (of these n_points in this dtype); None elsewhere.
+        tutorial_range = (cfg.x_min, cfg.x_max) == (-math.pi, math.pi)
+        self.optimum = exact_poly3_optimum(dtype, cfg.n_points) if tutorial_range else None
         init = cfg.init
         self.model = Poly3(init.a, init.b, init.c, init.d, impl=impl, device=device, dtype=dtype)
 
@@ -42,8 +50,18 @@ class Poly3Task:
         raise NotImplementedError("poly3 has no validation set")
 
     def summary(self, model: Poly3) -> dict[str, float]:
-        """The four fitted parameters."""
-        return {name: p.item() for name, p in model.named_parameters()}
+        """The four fitted parameters; on the tutorial's x range also the exact optimum's loss
+        and the relative gap to it of the loss at these parameters, evaluated in float64."""
+        out = {name: p.item() for name, p in model.named_parameters()}
+        if self.optimum is not None:
+            x, y = (t.double() for t in self.data)
+            params = {name: p.detach().double() for name, p in model.named_parameters()}
+            with torch.no_grad():
+                pred = torch.func.functional_call(model, params, (x,))
+            loss = (pred - y).square().sum().item()
+            out["optimum_loss"] = self.optimum.loss
+            out["rel_gap"] = (loss - self.optimum.loss) / self.optimum.loss
+        return out
 
     def describe(self, model: Poly3) -> str:
         """The fitted formula, y = a + b * P3(c + d x) with the numbers."""
