@@ -56,6 +56,15 @@ class LogConfig:
 
 
 @dataclass
+class StopConfig:
+    """Stop before `steps` once the fit has converged: `patience` consecutive steps changed the
+    loss by no more than `rtol`·|loss|. `steps` stays the budget; patience=0 runs every step."""
+
+    patience: int = 0
+    rtol: float | None = None  # None: 4 eps of the dtype, i.e. no change beyond rounding
+
+
+@dataclass
 class SGDConfig:
     name: str = "sgd"
     lr: float = 0.01
@@ -63,6 +72,7 @@ class SGDConfig:
     dampening: float = 0.0
     weight_decay: float = 0.0
     nesterov: bool = False
+    stop: StopConfig = field(default_factory=StopConfig)
 
 
 @dataclass
@@ -73,6 +83,56 @@ class AdamConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     amsgrad: bool = False
+    stop: StopConfig = field(default_factory=StopConfig)
+
+
+# lbfgs, newton and lm take no learning rate, but each task sets optimizer.lr (for sgd/adam)
+# after the optimizer is chosen, so their schemas accept the key and the optimizers ignore it.
+# They stop by default once converged (stop.patience=3), which keeps a task's 2000-step budget
+# from turning into 2000 steps of rounding noise.
+
+
+@dataclass
+class LBFGSConfig:
+    name: str = "lbfgs"
+    lr: float | None = None  # not used: the strong-Wolfe line search picks each step length
+    history_size: int = 100
+    max_eval: int = 25  # loss+gradient evaluations per iteration (the line search's budget)
+    stop: StopConfig = field(default_factory=lambda: StopConfig(patience=3))
+
+
+@dataclass
+class NewtonConfig:
+    name: str = "newton"
+    lr: float | None = None  # not used: damping, not a learning rate, sets the step
+    damping: float = 0.0  # initial λ; 0: pure Newton steps while the Hessian allows them
+    min_damping: float = 1e-6
+    factor: float = 10.0
+    max_tries: int = 20
+    max_params: int = 1000  # the n×n Hessian's n; more is a config error
+    chunk_size: int | None = 32  # Hessian rows per reverse-over-reverse pass
+    ftol: float | None = None  # a rise of the loss within ftol·|loss| counts as none
+    stop: StopConfig = field(default_factory=lambda: StopConfig(patience=3))
+
+
+class LMScaling(Enum):
+    marquardt = "marquardt"
+    levenberg = "levenberg"
+
+
+@dataclass
+class LMConfig:
+    name: str = "lm"
+    lr: float | None = None  # not used: damping, not a learning rate, sets the step
+    damping: float = 1e-3  # initial μ
+    scaling: LMScaling = LMScaling.marquardt
+    max_tries: int = 10
+    # JᵀJ is n×n and each try solves it: 4353 parameters (the default mlp) took ~2 s per step.
+    max_params: int = 1000
+    max_jacobian_numel: int = 50_000_000
+    chunk_size: int = 64  # Jacobian columns per forward-mode pass
+    ftol: float | None = None  # a change of Σr² within ftol·Σr² is accepted as no change
+    stop: StopConfig = field(default_factory=lambda: StopConfig(patience=3))
 
 
 @dataclass
@@ -128,6 +188,9 @@ class Config:
     # on a busy 2-core machine two threads made the cnn step ~25x slower (each op's threads
     # wait for one another); on a quiet one they were ~1.4x faster (threads=0).
     threads: int = 1
+    # Run the model's forward under torch.compile (inductor). newton and lm still take their
+    # derivatives of the eager model (torch.func transforms do not go through compiled code).
+    compile: bool = False
     log: LogConfig = field(default_factory=LogConfig)
 
 
@@ -137,6 +200,9 @@ SCHEMAS: dict[str, type] = {
     "schema_task_cnn": CNNConfig,
     "schema_optimizer_sgd": SGDConfig,
     "schema_optimizer_adam": AdamConfig,
+    "schema_optimizer_lbfgs": LBFGSConfig,
+    "schema_optimizer_newton": NewtonConfig,
+    "schema_optimizer_lm": LMConfig,
 }
 
 

@@ -18,6 +18,7 @@ import torch
 
 from models.ops import saved_tensor_bytes
 
+from .second_order import SecondOrderOptimizer, residual_fn_from_model
 from .tasks import Task, squared_error
 from .tb_logging import TBLogger, grad_norm, grad_scalars, param_scalars
 
@@ -27,7 +28,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class FitResult:
     """What a finished run reports: last step's loss (before its update, as the tutorial prints)
-    and validation loss at the final parameters (None without a validation set)."""
+    and validation loss at the final parameters (None without a validation set).
+
+    `steps` is the number of steps run: fewer than the budget when the stop rule found the fit
+    converged (`converged`). `end_loss` and `grad_norm` are the loss and ‖∇loss‖ at the final
+    parameters for full-batch tasks (`end_loss` None and `grad_norm` that of the last step's
+    batch otherwise); `rel_change` is the relative decrease of the loss in the last step.
+    """
 
     final_loss: float
     val_loss: float | None
@@ -35,6 +42,51 @@ class FitResult:
     step_ms_median: float
     wall_s: float
     figures: list[Path] = field(default_factory=list)
+    steps: int = 0
+    converged: bool = False
+    end_loss: float | None = None
+    grad_norm: float = math.nan
+    rel_change: float = math.nan
+
+
+@dataclass
+class StepStats:
+    """What the closure saw during one optimizer step (it may run several times: lbfgs)."""
+
+    evals: int = 0
+    saved_bytes: int = 0
+    # The gradients of the first evaluation, at the parameters the step started from.
+    first_grads: list[torch.Tensor | None] = field(default_factory=list)
+
+
+class StopRule:
+    """Converged when `patience` consecutive steps changed the loss by at most `rtol`·|loss|
+    (`rtol` None: 4 eps of `dtype`, a change within rounding). patience=0: never."""
+
+    def __init__(self, patience: int, rtol: float | None, dtype: torch.dtype) -> None:
+        self.patience = patience
+        self.rtol = 4 * torch.finfo(dtype).eps if rtol is None else rtol
+        self.quiet = 0  # consecutive steps without a change beyond rtol
+        self.previous: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.patience > 0
+
+    @property
+    def close(self) -> bool:
+        """One more quiet step would stop the run (the loop then keeps that step's parameters
+        for logging)."""
+        return self.enabled and self.quiet >= self.patience - 1
+
+    def update(self, loss: float) -> bool:
+        """Feed the loss at the start of a step; True when the steps so far have converged."""
+        if self.previous is not None:
+            change = abs(self.previous - loss)
+            quiet = change <= self.rtol * abs(self.previous)
+            self.quiet = self.quiet + 1 if quiet else 0
+        self.previous = loss
+        return self.enabled and self.quiet >= self.patience
 
 
 def fit(
@@ -44,20 +96,33 @@ def fit(
     log_cfg: Any,
     tb: TBLogger,
     out_dir: Path,
+    stop_cfg: Any = None,
+    forward: Callable[..., Any] | None = None,
 ) -> FitResult:
-    """Run `steps` optimizer steps on `task.model`; log every `log_cfg.every` steps to `tb`."""
+    """Run up to `steps` optimizer steps on `task.model`; log every `log_cfg.every` steps to `tb`.
+
+    `stop_cfg` (patience, rtol; see StopRule) ends the run early once converged. `forward` is
+    what the closure computes the residuals with (e.g. the torch.compile'd model; default the
+    model itself); second-order optimizers get `residual_fn` of each batch from `task.model`.
+    """
     _check_intervals(steps, log_cfg)
     model = task.model
+    forward = model if forward is None else forward
     named = list(model.named_parameters())
     params = [p for _, p in named]
     every, hist_every, fig_every = log_cfg.every, log_cfg.hist_every, log_cfg.figure_every
     val_every = log_cfg.val_every if task.has_validation else 0
     console_every = log_cfg.console_every or max(1, steps // 10)
+    patience, rtol = (0, None) if stop_cfg is None else (stop_cfg.patience, stop_cfg.rtol)
+    stop = StopRule(patience, rtol, params[0].dtype)
+    second_order = isinstance(optimizer, SecondOrderOptimizer)
+    line_search = isinstance(optimizer, torch.optim.LBFGS)
     step_ms: list[float] = []
     figures: list[Path] = []
-    stats = {"saved_bytes": 0}
     val_loss = None
-    warned = False
+    warned = converged = False
+    last_batch: Any = None
+    losses: list[torch.Tensor] = []  # the last two steps' losses
     model.train()
     start = time.perf_counter()
 
@@ -65,26 +130,45 @@ def fit(
         bar = stack.enter_context(progress_bar(steps)) if show_progress() else None
         for step in range(steps):
             batch = task.batch(step)
+            if second_order and batch is not last_batch:
+                optimizer.residual_fn = residual_fn_from_model(model, task.residuals, batch)
+            last_batch = batch
             logging_step = step % every == 0 or step == steps - 1
             if step > 0 and fig_every and step % fig_every == 0:
                 figures.append(_figure(task, tb, step, out_dir))
             if val_every and step % val_every == 0:
                 val_loss = task.validate(model)
                 tb.scalars(step, {"loss/val": val_loss})
-            # The parameters the step's loss is computed at, not those after its update.
-            values = param_scalars(named) if logging_step else None
+            # The parameters the step's loss is computed at, not those after its update; also
+            # when this step may turn out to be the last (the stop rule decides after it).
+            values = param_scalars(named) if logging_step or stop.close else None
 
+            stats = StepStats()
             t0 = time.perf_counter()
-            loss = optimizer.step(make_closure(task, optimizer, batch, stats))
+            loss = optimizer.step(make_closure(task, optimizer, batch, stats, forward, params))
             ms = (time.perf_counter() - t0) * 1e3
             step_ms.append(ms)
+            if stats.evals > 1:
+                # LBFGS's line search left the gradients of its last trial point in .grad; log
+                # (and histogram) those of the point the step started from, as for the others.
+                for p, grad in zip(params, stats.first_grads, strict=True):
+                    p.grad = grad
+            losses = [*losses[-1:], loss]
+            if stop.enabled and stop.update(loss.item()):
+                converged = True
+                logging_step = True
 
-            if values is not None:
+            if logging_step:
                 loss_value = loss.item()
                 values["loss/train"] = loss_value
                 values["optim/grad_norm"] = grad_norm(params)
-                values["memory/saved_bytes"] = stats["saved_bytes"]
+                values["memory/saved_bytes"] = stats.saved_bytes
                 values["time/step_ms"] = ms
+                if line_search:
+                    values["optim/evals"] = stats.evals
+                if second_order:
+                    values["optim/damping"] = optimizer.last_stats["damping"]
+                    values["optim/rel_step"] = optimizer.last_stats["rel_step"]
                 values.update(grad_scalars(named))
                 tb.scalars(step, values)
                 if bar is not None:
@@ -93,35 +177,61 @@ def fit(
                 tb.histograms(step, named)
             if bar is not None:
                 bar.update()
-            if (step + 1) % console_every == 0:
+            if (step + 1) % console_every == 0 or converged:
                 log.info("step %d/%d  loss %.6g", step + 1, steps, loss.item())
                 if not (warned or math.isfinite(loss.item())):
                     log.warning("the loss is %s: try a smaller optimizer.lr", loss.item())
                     warned = True
+            if converged:
+                break
 
+    steps_run = step + 1
     final_loss = loss.item()
+    saved_bytes = stats.saved_bytes
+    if task.full_batch:
+        # Where the run ended: loss and gradient at the final parameters (fills .grad).
+        end = make_closure(task, optimizer, batch, StepStats(), forward, params)().item()
+        norm = grad_norm(params)
+        rel_change = (final_loss - end) / abs(final_loss) if final_loss else 0.0
+    else:
+        end, norm = None, grad_norm(params)
+        before = losses[0].item()
+        rel_change = (before - final_loss) / abs(before) if len(losses) == 2 and before else 0.0
     if task.has_validation:
         val_loss = task.validate(model)
-        tb.scalars(steps, {"loss/val": val_loss})
-    figures.append(_figure(task, tb, steps, out_dir))
+        tb.scalars(steps_run, {"loss/val": val_loss})
+    figures.append(_figure(task, tb, steps_run, out_dir))
     wall = time.perf_counter() - start
     return FitResult(
-        final_loss, val_loss, stats["saved_bytes"], statistics.median(step_ms), wall, figures
+        final_loss, val_loss, saved_bytes, statistics.median(step_ms), wall, figures,
+        steps_run, converged, end, norm, rel_change,
     )
 
 
 def make_closure(
-    task: Task, optimizer: torch.optim.Optimizer, batch: Any, stats: dict[str, int]
+    task: Task,
+    optimizer: torch.optim.Optimizer,
+    batch: Any,
+    stats: StepStats,
+    forward: Callable[..., Any] | None = None,
+    params: list[torch.Tensor] | None = None,
 ) -> Callable[[], torch.Tensor]:
     """The standard closure (zero grads, forward, loss, backward, return the loss), which also
-    records the bytes the forward saved for backward in `stats["saved_bytes"]`."""
+    records in `stats` its evaluations, the bytes the forward saved for backward and the
+    gradients of its first evaluation (of `params`)."""
+    forward = task.model if forward is None else forward
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
         with saved_tensor_bytes() as counter:
-            loss = squared_error(task.residuals(task.model, batch), task.reduction)
+            loss = squared_error(task.residuals(forward, batch), task.reduction)
         loss.backward()
-        stats["saved_bytes"] = counter.bytes
+        stats.evals += 1
+        stats.saved_bytes = counter.bytes
+        if stats.evals == 1 and params is not None:
+            # zero_grad() sets .grad to None, so later evaluations make new tensors: keeping
+            # references is enough.
+            stats.first_grads = [p.grad for p in params]
         return loss
 
     return closure

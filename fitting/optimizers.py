@@ -1,18 +1,38 @@
-"""Build the configured torch.optim optimizer for a model's parameters."""
+"""Build the configured optimizer for a model's parameters."""
 
 from __future__ import annotations
 
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+if TYPE_CHECKING:
+    from .tasks import Task
 
-def build_optimizer(cfg_optimizer: Any, model: nn.Module) -> torch.optim.Optimizer:
-    """The optimizer named `cfg_optimizer.name` (sgd, adam) over `model.parameters()`."""
+NAMES = ("sgd", "adam", "lbfgs", "newton", "lm")
+# Optimizers that take derivatives of residual_fn with torch.func (fitting.second_order).
+SECOND_ORDER = ("newton", "lm")
+
+
+def build_optimizer(
+    cfg_optimizer: Any, model: nn.Module, task: Task | None = None
+) -> torch.optim.Optimizer:
+    """The optimizer `cfg_optimizer.name` over `model.parameters()`.
+
+    newton and lm work on the task's residuals: they need `task` (its `reduction`; `fit` gives
+    them `residual_fn` of each batch) and refuse models whose size or batch-norm statistics
+    they cannot handle, with a config error before any step.
+    """
     cfg = cfg_optimizer
-    if cfg.lr <= 0:
+    if cfg.name in ("sgd", "adam") and cfg.lr <= 0:
         raise ValueError(f"optimizer.lr must be > 0, got {cfg.lr}")
+    if cfg.stop.patience < 0 or (cfg.stop.rtol is not None and cfg.stop.rtol < 0):
+        raise ValueError(
+            f"optimizer.stop: need patience >= 0 and rtol >= 0 (or null), got "
+            f"patience={cfg.stop.patience}, rtol={cfg.stop.rtol}"
+        )
     if cfg.name == "sgd":
         return torch.optim.SGD(
             model.parameters(),
@@ -31,4 +51,81 @@ def build_optimizer(cfg_optimizer: Any, model: nn.Module) -> torch.optim.Optimiz
             weight_decay=cfg.weight_decay,
             amsgrad=cfg.amsgrad,
         )
-    raise ValueError(f"unknown optimizer {cfg.name!r}; choose sgd or adam")
+    if cfg.name == "lbfgs":
+        if cfg.history_size < 1 or cfg.max_eval < 2:
+            raise ValueError(
+                f"optimizer=lbfgs: need history_size >= 1 and max_eval >= 2, got "
+                f"history_size={cfg.history_size}, max_eval={cfg.max_eval}"
+            )
+        # One iteration per step() so steps count iterations, as for newton and lm. The line
+        # search gets max_eval evaluations (with max_iter=1 torch's default, 1.25 * max_iter,
+        # would leave it one); zero tolerances: the step budget and stop rule decide when to
+        # stop, not LBFGS, whose own checks would end every later step() at once. lr=1: the
+        # line search starts from the quasi-Newton step.
+        return torch.optim.LBFGS(
+            model.parameters(),
+            lr=1.0,
+            max_iter=1,
+            max_eval=cfg.max_eval,
+            tolerance_grad=0.0,
+            tolerance_change=0.0,
+            history_size=cfg.history_size,
+            line_search_fn="strong_wolfe",
+        )
+    if cfg.name in SECOND_ORDER:
+        return _second_order(cfg, model, task)
+    raise ValueError(f"unknown optimizer {cfg.name!r}; choose one of {', '.join(NAMES)}")
+
+
+def _second_order(cfg: Any, model: nn.Module, task: Task | None) -> torch.optim.Optimizer:
+    """Newton or LevenbergMarquardt on the task's residuals; the loop sets `residual_fn` for
+    each batch (fitting.second_order.residual_fn_from_model)."""
+    from .levenberg_marquardt import LevenbergMarquardt
+    from .newton import Newton
+
+    if task is None:
+        raise ValueError(f"optimizer={cfg.name} needs the task (its residuals) to be built")
+    common = dict(
+        reduction=task.reduction,
+        max_tries=cfg.max_tries,
+        chunk_size=cfg.chunk_size,
+        max_params=cfg.max_params,
+        ftol=cfg.ftol,
+    )
+    def residual_fn(params):
+        raise RuntimeError(
+            f"optimizer={cfg.name}: no batch yet; set optimizer.residual_fn = "
+            "residual_fn_from_model(model, task.residuals, batch) before each step (fit does)"
+        )
+
+    if cfg.name == "newton":
+        optimizer = Newton(
+            model.parameters(),
+            residual_fn,
+            damping=cfg.damping,
+            min_damping=cfg.min_damping,
+            factor=cfg.factor,
+            **common,
+        )
+    else:
+        optimizer = LevenbergMarquardt(
+            model.parameters(),
+            residual_fn,
+            damping=cfg.damping,
+            scaling=_value(cfg.scaling),
+            max_jacobian_numel=cfg.max_jacobian_numel,
+            **common,
+        )
+    buffers = [name for name, _ in model.named_buffers()]
+    if buffers:
+        raise ValueError(
+            f"optimizer={cfg.name} needs residuals that are a pure function of the parameters, "
+            f"but the {task.name} model updates state in training (buffer {buffers[0]}, e.g. "
+            "batch-norm statistics); use optimizer=lbfgs or adam for this model"
+        )
+    return optimizer
+
+
+def _value(option: Enum | str) -> str:
+    """An enum option's string (plain strings pass through)."""
+    return option.value if isinstance(option, Enum) else option

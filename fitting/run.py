@@ -29,24 +29,30 @@ def run(cfg: DictConfig, out_dir: str | Path) -> float:
     with torch_threads(cfg.threads):
         torch.manual_seed(cfg.seed)  # model initialization; data use their own seeded generator
         task = build_task(cfg.task, impl, device, dtype, cfg.seed)
-        optimizer = build_optimizer(cfg.optimizer, task.model)
+        optimizer = build_optimizer(cfg.optimizer, task.model, task)
         log.info(
-            "task=%s impl=%s optimizer=%s lr=%g steps=%d seed=%d device=%s dtype=%s",
-            task.name, impl, cfg.optimizer.name, cfg.optimizer.lr, cfg.steps, cfg.seed,
-            device, _value(cfg.dtype),
+            "task=%s impl=%s optimizer=%s steps=%d seed=%d device=%s dtype=%s%s",
+            task.name, impl, describe_optimizer(cfg.optimizer), cfg.steps, cfg.seed, device,
+            _value(cfg.dtype), " compile=true" if cfg.compile else "",
         )
+        forward = compiled(task.model) if cfg.compile else task.model
         with TBLogger(out) as tb:
-            result = fit(task, optimizer, cfg.steps, cfg.log, tb, out)
+            result = fit(
+                task, optimizer, cfg.steps, cfg.log, tb, out, cfg.optimizer.stop, forward
+            )
             summary = task.summary(task.model)
-            tb.hparams(hparams(cfg, task.name, device), final_metrics(result, summary), cfg.steps)
+            tb.hparams(
+                hparams(cfg, task.name, device), final_metrics(result, summary), result.steps
+            )
 
     log.info("Result: %s", task.describe(task.model))
     val = "" if result.val_loss is None else f", val loss {result.val_loss:.6g}"
     log.info(
         "final loss %.6g%s after %d steps (%.2f s, median step %.3f ms, %d bytes saved for "
-        "backward per step)", result.final_loss, val, cfg.steps, result.wall_s,
+        "backward per step)", result.final_loss, val, result.steps, result.wall_s,
         result.step_ms_median, result.saved_bytes,
     )
+    log.info("%s", convergence_line(result, summary, cfg.steps))
     log.info("final: %s", ", ".join(f"{k}={v:.6g}" for k, v in summary.items()))
     log.info("figure: %s", result.figures[-1])
     log.info("run dir: %s", out)
@@ -54,9 +60,48 @@ def run(cfg: DictConfig, out_dir: str | Path) -> float:
     return result.final_loss
 
 
+def describe_optimizer(cfg_optimizer: Any) -> str:
+    """The optimizer and its main setting for the startup line: lr, or damping (no lr)."""
+    name = cfg_optimizer.name
+    if name in ("sgd", "adam"):
+        return f"{name} lr={cfg_optimizer.lr:g}"
+    if name == "lbfgs":
+        return f"{name} (strong-Wolfe line search, max_eval={cfg_optimizer.max_eval})"
+    return f"{name} damping={cfg_optimizer.damping:g} max_params={cfg_optimizer.max_params}"
+
+
+def convergence_line(result: FitResult, summary: dict[str, float], budget: int) -> str:
+    """How far the run got: why it stopped, ‖∇loss‖, the last step's relative change and, when
+    the task knows its optimum (poly3), the relative gap to it."""
+    if result.converged:
+        why = f"stopped as converged after {result.steps} of {budget} steps"
+    else:
+        why = f"ran all {result.steps} steps"
+    where = "at the final parameters" if result.end_loss is not None else "of the last batch"
+    parts = [
+        why,
+        f"gradient norm {result.grad_norm:.3g} ({where})",
+        f"the last step lowered the loss by {result.rel_change:.3g} (relative)",
+    ]
+    if "rel_gap" in summary:
+        parts.append(
+            f"loss {summary['rel_gap']:.3g} relative above the exact optimum "
+            f"{summary['optimum_loss']:.12g} (evaluated in float64)"
+        )
+    return "convergence: " + "; ".join(parts)
+
+
+def compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` under torch.compile (inductor): the loop's forward passes run compiled code;
+    the parameters stay those of `model`."""
+    return torch.compile(model, backend="inductor")
+
+
 def hparams(cfg: DictConfig, task: str, device: torch.device) -> dict[str, Any]:
-    """The run's hyperparameters for TensorBoard's HParams tab (numbers and strings only)."""
-    return {
+    """The run's hyperparameters for TensorBoard's HParams tab (numbers and strings only).
+
+    lr only for the optimizers that use one (lbfgs, newton and lm take none)."""
+    out = {
         "task": task,
         "impl": _value(cfg.impl),
         "optimizer": cfg.optimizer.name,
@@ -66,14 +111,23 @@ def hparams(cfg: DictConfig, task: str, device: torch.device) -> dict[str, Any]:
         "device": str(device),
         "dtype": _value(cfg.dtype),
     }
+    if cfg.optimizer.name not in ("sgd", "adam"):
+        del out["lr"]
+    if cfg.compile:
+        out["compile"] = "true"
+    return out
 
 
 def final_metrics(result: FitResult, summary: dict[str, float]) -> dict[str, float]:
-    """The metrics shown next to the hparams: 'final/loss', 'final/val_loss', the task's own."""
+    """The metrics shown next to the hparams: 'final/loss', 'final/val_loss', the run's end
+    point (steps run, gradient norm, last relative change), the task's own."""
     metrics = {
         "final/loss": result.final_loss,
         "final/step_ms": result.step_ms_median,
         "final/saved_bytes": float(result.saved_bytes),
+        "final/steps": float(result.steps),
+        "final/grad_norm": result.grad_norm,
+        "final/rel_change": result.rel_change,
     }
     if result.val_loss is not None:
         metrics["final/val_loss"] = result.val_loss
