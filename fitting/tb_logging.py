@@ -1,8 +1,11 @@
-"""One TensorBoard run per job: scalars, histograms, figures (also as PNG) and hparams."""
+"""One TensorBoard run per job: scalars, histograms, figures (also as PNG), hparams and the
+custom-scalars layout that overlays the runs of a sweep."""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -16,6 +19,17 @@ if TYPE_CHECKING:
 # Scalars are queued in memory and written in bursts at least this often (and before any
 # other event, and at close): see TBLogger.scalars.
 FLUSH_SECONDS = 2.0
+
+# The per-step record that carries every per-step tag; its first one writes the layout.
+LOSS_TAG = "loss/train"
+# Per-parameter tags: the values of scalar parameters (poly3) or the norms of tensors.
+PARAM_PREFIXES = ("params/", "weight_norm/")
+# The HParams table's metric columns, first and in this order in every run. TensorBoard takes
+# the columns from one run of a sweep, arbitrarily: these are the ones every task shares.
+METRIC_COLUMNS = ("final/loss", "final/val_loss", "final/step_ms", "final/saved_bytes")
+# The hparams the presets sweep, marked as differing so that the HParams table, which shows
+# five hparams by default, shows them first (else alphabetical: device, dtype, impl, lr, ...).
+HPARAM_AXES = ("impl", "task")
 
 
 class TBLogger:
@@ -31,6 +45,7 @@ class TBLogger:
         self._summary = Summary
         self._pending: list[tuple[int, float, dict[str, float]]] = []
         self._last_flush = time.monotonic()
+        self._layout_written = False
 
     def __enter__(self) -> TBLogger:
         return self
@@ -62,7 +77,13 @@ class TBLogger:
         self._last_flush = time.monotonic()
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
-        """Log several scalars at `step` (tags as given, e.g. 'loss/train') as one event."""
+        """Log several scalars at `step` (tags as given, e.g. 'loss/train') as one event.
+
+        The first record with 'loss/train' also writes the custom-scalars layout of its tags.
+        """
+        if not self._layout_written and LOSS_TAG in values:
+            self.writer.add_custom_scalars(custom_scalars_layout(values))
+            self._layout_written = True
         # Why one event and why queued: the writer checksums each event in pure Python on its
         # own thread, which then competes with the training step for the GIL. Per-tag events
         # written as they come made poly3's logging cost ~2.5x its 2000 training steps.
@@ -105,15 +126,47 @@ class TBLogger:
         """Log hparams and final metrics (as scalars at `step`) into this run itself.
 
         SummaryWriter.add_hparams would write them to a new sub-run named by the time.
+        The HParams table's metric columns are METRIC_COLUMNS, then the other `metrics`.
         """
+        from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
         from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
         self.flush()
 
-        for summary in hparams_summaries(hparams, metrics):
+        # Only the names of the metrics go into the summaries; their values are the scalars.
+        columns = dict.fromkeys([*METRIC_COLUMNS, *metrics], 0.0)
+        experiment, start, end = hparams_summaries(hparams, columns)
+        plugin_data = experiment.value[0].metadata.plugin_data
+        data = HParamsPluginData.FromString(plugin_data.content)
+        for info in data.experiment.hparam_infos:
+            info.differs = info.name in HPARAM_AXES
+        plugin_data.content = data.SerializeToString()
+        for summary in (experiment, start, end):
             self.writer.file_writer.add_summary(summary)
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, step)
+
+
+def custom_scalars_layout(tags: Iterable[str]) -> dict[str, dict[str, list]]:
+    """The custom-scalars layout (SummaryWriter.add_custom_scalars) for a run logging `tags`.
+
+    Each chart is a multi-line chart of exact-tag regexes, so in a sweep it overlays that
+    metric of every run (custom and builtin). Every run writes the layout of its own tags:
+    TensorBoard merges them, so a sweep over tasks gets each task's parameter charts.
+    """
+    params = [tag for tag in tags if tag.startswith(PARAM_PREFIXES)]
+    layout = {
+        "loss": {"loss/train, loss/val": _multiline("loss/train", "loss/val")},
+        "parameters": {tag: _multiline(tag) for tag in params},
+        "cost per step": {tag: _multiline(tag) for tag in ("memory/saved_bytes", "time/step_ms")},
+        "optimizer": {"optim/grad_norm": _multiline("optim/grad_norm")},
+    }
+    return {category: charts for category, charts in layout.items() if charts}
+
+
+def _multiline(*tags: str) -> list:
+    """A multi-line chart of exactly these tags ('params/a' must not match 'params/ab')."""
+    return ["Multiline", [f"^{re.escape(tag)}$" for tag in tags]]
 
 
 def param_scalars(named: list[tuple[str, torch.Tensor]]) -> dict[str, float]:
