@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from .gradient_descent import GradientDescent
+
 if TYPE_CHECKING:
     from .tasks import Task
 
@@ -18,7 +20,7 @@ SECOND_ORDER = ("newton", "lm")
 
 def build_optimizer(
     cfg_optimizer: Any, model: nn.Module, task: Task | None = None
-) -> torch.optim.Optimizer:
+) -> torch.optim.Optimizer | GradientDescent:
     """The optimizer `cfg_optimizer.name` over `model.parameters()`.
 
     newton and lm work on the task's residuals: they need `task` (its `reduction`; `fit` gives
@@ -34,7 +36,9 @@ def build_optimizer(
             f"patience={cfg.stop.patience}, rtol={cfg.stop.rtol}"
         )
     if cfg.name == "sgd":
-        return torch.optim.SGD(
+        # SGD's exact update without torch.optim, whose import of torch._dynamo (~1 s) would
+        # double the start-up of the default tutorial run (fitting/gradient_descent.py).
+        return GradientDescent(
             model.parameters(),
             lr=cfg.lr,
             momentum=cfg.momentum,
