@@ -112,6 +112,24 @@ def test_task_defaults_and_command_line_precedence():
 
 
 @pytest.mark.parametrize(
+    ("overrides", "lr"),
+    [
+        ((), 5e-6),
+        (("optimizer=adam",), 3e-3),
+        (("task=mlp",), 0.01),
+        (("task=mlp", "optimizer=sgd"), 0.05),
+        (("task=cnn",), 3e-3),
+        (("task=cnn", "optimizer=sgd"), 0.01),
+        (("optimizer=adam", "optimizer.lr=0.5"), 0.5),
+        (("optimizer=lm",), None),
+    ],
+)
+def test_each_task_optimizer_pair_has_its_own_lr(overrides, lr):
+    # conf/task_optimizer/<task>_<optimizer>.yaml: poly3's tutorial lr must not leak into adam.
+    assert make_cfg(*overrides).optimizer.lr == lr
+
+
+@pytest.mark.parametrize(
     ("override", "message"),
     [
         ("optimizer.lr=abc", "could not be converted to Float"),
