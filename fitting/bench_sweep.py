@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 0.75
@@ -52,9 +53,18 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_sweep(cmd: list[str], sweep_dir: Path) -> tuple[float, float | None]:
-    """Wall seconds of `cmd` (run in the repo root) and the cores other processes kept busy
-    meanwhile, checking that all jobs left a run."""
+class Timing(NamedTuple):
+    wall: float  # seconds
+    cpu: float  # CPU seconds of the sweep, its worker processes included
+    others: float | None  # cores that other processes kept busy meanwhile
+
+    def __str__(self) -> str:
+        others = "" if self.others is None else f", others {self.others:.2f} cores"
+        return f"{self.wall:.2f} s ({self.cpu:.1f} CPU s{others})"
+
+
+def timed_sweep(cmd: list[str], sweep_dir: Path) -> Timing:
+    """Time `cmd` (run in the repo root), checking that all jobs left a run."""
     busy, own = busy_cpu_seconds(), children_cpu_seconds()
     start = time.perf_counter()
     result = subprocess.run(
@@ -62,16 +72,16 @@ def timed_sweep(cmd: list[str], sweep_dir: Path) -> tuple[float, float | None]:
         stderr=subprocess.PIPE, text=True,
     )
     wall = time.perf_counter() - start
-    after = busy_cpu_seconds()
+    after, cpu = busy_cpu_seconds(), children_cpu_seconds() - own
     others = None
     if busy is not None and after is not None:
-        others = max(0.0, (after - busy) - (children_cpu_seconds() - own)) / wall
+        others = max(0.0, (after - busy) - cpu) / wall
     if result.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr[-2000:]}")
     runs = list(sweep_dir.glob("*/events.out.tfevents.*"))
     if len(runs) != JOBS:
         raise RuntimeError(f"{sweep_dir}: {len(runs)} runs, expected {JOBS}")
-    return wall, others
+    return Timing(wall, cpu, others)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -83,8 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--n-jobs", type=int, default=2)
     args = parser.parse_args(argv)
     launchers = {"serial": None, "joblib": args.n_jobs}
-    walls: dict[str, list[float]] = {name: [] for name in launchers}
-    others: dict[str, list[float | None]] = {name: [] for name in launchers}
+    timings: dict[str, list[Timing]] = {name: [] for name in launchers}
     print(f"{JOBS}-job sweep: task={args.task} steps={args.steps}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs + 1):  # run 0 warms file caches and __pycache__
@@ -92,24 +101,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             for name in order:
                 sweep_dir = Path(tmp) / f"{name}_{run}"
                 cmd = sweep_command(args.task, args.steps, sweep_dir, launchers[name])
-                wall, busy = timed_sweep(cmd, sweep_dir)
+                timing = timed_sweep(cmd, sweep_dir)
                 if run:
-                    walls[name].append(wall)
-                    others[name].append(busy)
-    med = {name: statistics.median(ts) for name, ts in walls.items()}
+                    timings[name].append(timing)
+    med = {name: statistics.median(t.wall for t in ts) for name, ts in timings.items()}
     for name in launchers:
-        pairs = zip(walls[name], others[name], strict=True)
-        runs = ", ".join(f"{t:.2f} s{_others(busy)}" for t, busy in pairs)
+        runs = "; ".join(str(t) for t in timings[name])
         print(f"{name:7s} wall median {med[name]:.2f} s; runs: {runs}")
     ratio = med["joblib"] / med["serial"]
     verdict = "met" if ratio <= TARGET else "NOT met"
     print(f"joblib (n_jobs={args.n_jobs}) / serial: {ratio:.2f}x "
           f"(target <= {TARGET}x: {verdict})")
     return {**med, "ratio": ratio}
-
-
-def _others(cores: float | None) -> str:
-    return "" if cores is None else f" (others {cores:.2f} cores)"
 
 
 if __name__ == "__main__":
