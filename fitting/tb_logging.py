@@ -33,15 +33,20 @@ HPARAM_AXES = ("impl", "task")
 
 
 class TBLogger:
-    """A SummaryWriter on `log_dir`, closed (hence flushed) when the `with` block exits."""
+    """A SummaryWriter on `log_dir`, closed (hence flushed) when the `with` block exits.
 
-    def __init__(self, log_dir: str | Path) -> None:
+    `purge_step` (resuming a run): TensorBoard drops the events the run wrote at that step or
+    later before this writer, in its earlier event files."""
+
+    def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
         # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
         from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(log_dir)
-        self.writer = SummaryWriter(log_dir=str(self.log_dir), max_queue=1000)
+        self.writer = SummaryWriter(
+            log_dir=str(self.log_dir), max_queue=1000, purge_step=purge_step
+        )
         self._summary = Summary
         self._pending: list[tuple[int, float, dict[str, float]]] = []
         self._last_flush = time.monotonic()
