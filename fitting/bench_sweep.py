@@ -7,7 +7,9 @@ job at threads=1; `joblib` adds `hydra/launcher=joblib hydra.launcher.n_jobs=N_J
 The two commands alternate (which goes first alternates too), `--runs` times each, after one
 warm-up of each; the ratio is of the medians. Target on 2 cores: joblib <= 0.75x serial.
 Each time comes with the CPU that other processes used meanwhile (in cores, from /proc/stat
-less the sweep's own CPU time): on a shared machine they take cores from the sweep.
+less the sweep's own CPU time): on a shared machine they take cores from the sweep. Before
+and after, a capacity check times a CPU-bound loop alone and N_JOBS copies at once: the
+speedup the machine can give a parallel sweep at that moment (N_JOBS when cores are free).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import NamedTuple
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 0.75
 JOBS = 4
+SPIN = "s = 0\nfor i in range(20_000_000):\n    s += i"
 
 
 def sweep_command(task: str, steps: int, sweep_dir: Path, n_jobs: int | None) -> list[str]:
@@ -84,6 +87,19 @@ def timed_sweep(cmd: list[str], sweep_dir: Path) -> Timing:
     return Timing(wall, cpu, others)
 
 
+def parallel_capacity(n: int) -> float:
+    """How much faster `n` copies of a CPU-bound loop run at once than one after another."""
+    cmd = [sys.executable, "-c", SPIN]
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    alone = time.perf_counter() - start
+    start = time.perf_counter()
+    procs = [subprocess.Popen(cmd) for _ in range(n)]
+    if any(proc.wait() for proc in procs):
+        raise RuntimeError("the capacity check's loop failed")
+    return n * alone / (time.perf_counter() - start)
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Time the serial and the joblib sweep `--runs` times each; print them and the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -95,6 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     launchers = {"serial": None, "joblib": args.n_jobs}
     timings: dict[str, list[Timing]] = {name: [] for name in launchers}
     print(f"{JOBS}-job sweep: task={args.task} steps={args.steps}, {os.cpu_count()} cores")
+    capacity = [parallel_capacity(args.n_jobs)]
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs + 1):  # run 0 warms file caches and __pycache__
             order = list(launchers) if run % 2 else list(reversed(launchers))
@@ -104,10 +121,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 timing = timed_sweep(cmd, sweep_dir)
                 if run:
                     timings[name].append(timing)
+    capacity.append(parallel_capacity(args.n_jobs))
     med = {name: statistics.median(t.wall for t in ts) for name, ts in timings.items()}
     for name in launchers:
         runs = "; ".join(str(t) for t in timings[name])
         print(f"{name:7s} wall median {med[name]:.2f} s; runs: {runs}")
+    print(f"capacity: {args.n_jobs} CPU-bound processes at once ran "
+          f"{capacity[0]:.2f}x (before) and {capacity[1]:.2f}x (after) as fast as one by one "
+          f"({args.n_jobs}x with free cores)")
     ratio = med["joblib"] / med["serial"]
     verdict = "met" if ratio <= TARGET else "NOT met"
     print(f"joblib (n_jobs={args.n_jobs}) / serial: {ratio:.2f}x "
