@@ -31,7 +31,9 @@ def param_tags(run: Run) -> list[str]:
 def group_label(group: list[Run]) -> str:
     """A row title: task, optimizer and the group's own overrides other than impl."""
     run = group[0]
-    extra = [o for o in run.overrides if not o.lstrip("+~").startswith(("impl=", "task="))]
+    # Sweep presets (+experiment=…) say how the sweep was launched, not what differs.
+    own = ("impl=", "task=", "experiment=")
+    extra = [o for o in run.overrides if not o.lstrip("+~").startswith(own)]
     return f"{run.task} · {run.optimizer}" + (f" · {','.join(extra)}" if extra else "")
 
 

@@ -270,3 +270,14 @@ def test_unwritable_out_is_a_clear_error(sweep, tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     expect_error([str(sweep), "--out", str(blocker / "out")], capsys, str(blocker / "out"))
+
+
+def test_group_label_leaves_out_the_sweep_preset():
+    from types import SimpleNamespace
+
+    from fitting.compare_plot import group_label
+
+    run = SimpleNamespace(
+        task="mlp", optimizer="adam", overrides=["+experiment=compare_tasks", "impl=custom", "task=mlp", "steps=50"]
+    )
+    assert group_label([run]) == "mlp · adam · steps=50"
