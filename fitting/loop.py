@@ -1,4 +1,5 @@
-"""The training loop: `optimizer.step(closure)` each step, logging to TensorBoard as configured."""
+"""The training loop: `optimizer.step(closure)` each step, logging to TensorBoard as configured,
+checkpointing, and stopping cleanly on a signal or a non-finite loss."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ import torch
 
 from models.ops import saved_tensor_bytes
 
+from .checkpoint import Checkpointer, LoopState
 from .second_order import SecondOrderOptimizer, residual_fn_from_model
+from .signals import Diverged, Interrupted, NonFiniteStep, StopSignals, check_finite
 from .tasks import Task, squared_error
 from .tb_logging import TBLogger, grad_norm, grad_scalars, param_scalars
 
@@ -55,6 +58,8 @@ class StepStats:
 
     evals: int = 0
     saved_bytes: int = 0
+    want_norm: bool = False  # the loop logs this step: the check computes ‖∇loss‖ for it
+    grad_norm: float | None = None
     # The gradients of the first evaluation, at the parameters the step started from.
     first_grads: list[torch.Tensor | None] = field(default_factory=list)
 
@@ -98,14 +103,23 @@ def fit(
     out_dir: Path,
     stop_cfg: Any = None,
     forward: Callable[..., Any] | None = None,
+    *,
+    ckpt: Checkpointer | None = None,
+    state: LoopState | None = None,
+    on_nonfinite: str = "stop",
 ) -> FitResult:
     """Run up to `steps` optimizer steps on `task.model`; log every `log_cfg.every` steps to `tb`.
 
     `stop_cfg` (patience, rtol; see StopRule) ends the run early once converged. `forward` is
     what the closure computes the residuals with (e.g. the torch.compile'd model; default the
     model itself); second-order optimizers get `residual_fn` of each batch from `task.model`.
+
+    `state` (from a checkpoint) continues a run after its `state.step` steps; `ckpt` saves one
+    every `ckpt.every` steps and at the end. The run stops early, after saving the events and
+    a checkpoint, on SIGINT/SIGTERM (raises Interrupted once its step is done) and at a step
+    whose loss or gradient is not finite, before its update (raises Diverged, or
+    FloatingPointError with `on_nonfinite="raise"`).
     """
-    _check_intervals(steps, log_cfg)
     model = task.model
     forward = model if forward is None else forward
     named = list(model.named_parameters())
@@ -114,54 +128,71 @@ def fit(
     val_every = log_cfg.val_every if task.has_validation else 0
     console_every = log_cfg.console_every or max(1, steps // 10)
     patience, rtol = (0, None) if stop_cfg is None else (stop_cfg.patience, stop_cfg.rtol)
+    st = LoopState() if state is None else state
     stop = StopRule(patience, rtol, params[0].dtype)
+    stop.quiet, stop.previous = st.quiet, st.previous
     second_order = isinstance(optimizer, SecondOrderOptimizer)
     line_search = isinstance(optimizer, torch.optim.LBFGS)
-    step_ms: list[float] = []
-    figures: list[Path] = []
-    val_loss = None
-    warned = converged = False
+    if st.step >= steps:
+        raise ValueError(f"fit: nothing to do, {st.step} of steps={steps} already done")
+    converged = False
+    nonfinite: NonFiniteStep | None = None
     last_batch: Any = None
-    losses: list[torch.Tensor] = []  # the last two steps' losses
     model.train()
-    start = time.perf_counter()
+    wall_before, start = st.wall_s, time.perf_counter()
+
+    def save(status: str) -> None:
+        # Events first: once the checkpoint after step K exists, those up to K are on disk.
+        st.quiet, st.previous = stop.quiet, stop.previous
+        st.wall_s = wall_before + time.perf_counter() - start
+        tb.flush()
+        if ckpt is not None:
+            ckpt.save(st, status)
 
     with ExitStack() as stack:
-        bar = stack.enter_context(progress_bar(steps)) if show_progress() else None
-        for step in range(steps):
+        bar = stack.enter_context(progress_bar(steps, st.step)) if show_progress() else None
+        signals = stack.enter_context(StopSignals())
+        for step in range(st.step, steps):
             batch = task.batch(step)
             if second_order and batch is not last_batch:
                 optimizer.residual_fn = residual_fn_from_model(model, task.residuals, batch)
             last_batch = batch
             logging_step = step % every == 0 or step == steps - 1
             if step > 0 and fig_every and step % fig_every == 0:
-                figures.append(_figure(task, tb, step, out_dir))
+                st.figures.append(str(_figure(task, tb, step, out_dir)))
             if val_every and step % val_every == 0:
-                val_loss = task.validate(model)
-                tb.scalars(step, {"loss/val": val_loss})
+                st.val_loss = task.validate(model)
+                tb.scalars(step, {"loss/val": st.val_loss})
             # The parameters the step's loss is computed at, not those after its update; also
             # when this step may turn out to be the last (the stop rule decides after it).
             values = param_scalars(named) if logging_step or stop.close else None
 
-            stats = StepStats()
+            stats = StepStats(want_norm=values is not None)
+            closure = make_closure(task, optimizer, batch, stats, forward, params, check=True)
             t0 = time.perf_counter()
-            loss = optimizer.step(make_closure(task, optimizer, batch, stats, forward, params))
+            try:
+                loss = optimizer.step(closure)
+            except NonFiniteStep as err:
+                nonfinite, err.step = err, step
+                break
             ms = (time.perf_counter() - t0) * 1e3
-            step_ms.append(ms)
+            st.step_ms.append(ms)
             if stats.evals > 1:
                 # LBFGS's line search left the gradients of its last trial point in .grad; log
                 # (and histogram) those of the point the step started from, as for the others.
                 for p, grad in zip(params, stats.first_grads, strict=True):
                     p.grad = grad
-            losses = [*losses[-1:], loss]
-            if stop.enabled and stop.update(loss.item()):
+            loss_value = loss.item()
+            st.losses = [*st.losses[-1:], loss_value]
+            st.step = step + 1
+            if stop.enabled and stop.update(loss_value):
                 converged = True
                 logging_step = True
 
             if logging_step:
-                loss_value = loss.item()
                 values["loss/train"] = loss_value
-                values["optim/grad_norm"] = grad_norm(params)
+                norm = stats.grad_norm
+                values["optim/grad_norm"] = grad_norm(params) if norm is None else norm
                 values["memory/saved_bytes"] = stats.saved_bytes
                 values["time/step_ms"] = ms
                 if line_search:
@@ -178,15 +209,25 @@ def fit(
             if bar is not None:
                 bar.update()
             if (step + 1) % console_every == 0 or converged:
-                log.info("step %d/%d  loss %.6g", step + 1, steps, loss.item())
-                if not (warned or math.isfinite(loss.item())):
-                    log.warning("the loss is %s: try a smaller optimizer.lr", loss.item())
-                    warned = True
-            if converged:
+                log.info("step %d/%d  loss %.6g", step + 1, steps, loss_value)
+            if converged or signals.received:
                 break
+            if ckpt is not None and ckpt.due(st.step) and st.step < steps:
+                save("running")
 
-    steps_run = step + 1
-    final_loss = loss.item()
+    if nonfinite is not None:
+        save("diverged")
+        message = nonfinite.describe(st.losses)
+        if on_nonfinite == "raise":
+            raise FloatingPointError(message) from nonfinite
+        raise Diverged(message, nonfinite.step)
+    if signals.received and not converged and st.step < steps:
+        save("interrupted")
+        raise Interrupted(signals.received, st.step, steps, str(out_dir))
+    save("converged" if converged else "completed")
+
+    steps_run = st.step
+    final_loss = loss_value
     saved_bytes = stats.saved_bytes
     if task.full_batch:
         # Where the run ended: loss and gradient at the final parameters (fills .grad).
@@ -195,16 +236,16 @@ def fit(
         rel_change = (final_loss - end) / abs(final_loss) if final_loss else 0.0
     else:
         end, norm = None, grad_norm(params)
-        before = losses[0].item()
-        rel_change = (before - final_loss) / abs(before) if len(losses) == 2 and before else 0.0
+        before = st.losses[0]
+        rel_change = (before - final_loss) / abs(before) if len(st.losses) == 2 and before else 0.0
     if task.has_validation:
-        val_loss = task.validate(model)
-        tb.scalars(steps_run, {"loss/val": val_loss})
-    figures.append(_figure(task, tb, steps_run, out_dir))
-    wall = time.perf_counter() - start
+        st.val_loss = task.validate(model)
+        tb.scalars(steps_run, {"loss/val": st.val_loss})
+    st.figures.append(str(_figure(task, tb, steps_run, out_dir)))
+    wall = wall_before + time.perf_counter() - start
     return FitResult(
-        final_loss, val_loss, saved_bytes, statistics.median(step_ms), wall, figures,
-        steps_run, converged, end, norm, rel_change,
+        final_loss, st.val_loss, saved_bytes, statistics.median(st.step_ms), wall,
+        [Path(f) for f in st.figures], steps_run, converged, end, norm, rel_change,
     )
 
 
@@ -215,10 +256,15 @@ def make_closure(
     stats: StepStats,
     forward: Callable[..., Any] | None = None,
     params: list[torch.Tensor] | None = None,
+    check: bool = False,
 ) -> Callable[[], torch.Tensor]:
     """The standard closure (zero grads, forward, loss, backward, return the loss), which also
     records in `stats` its evaluations, the bytes the forward saved for backward and the
-    gradients of its first evaluation (of `params`)."""
+    gradients of its first evaluation (of `params`).
+
+    `check`: the first evaluation raises NonFiniteStep if the loss or a gradient of `params` is
+    not finite (and stores ‖∇loss‖ in `stats` if it `want_norm`). Every optimizer evaluates the
+    closure before changing any parameter, so that step's update is never applied."""
     forward = task.model if forward is None else forward
 
     def closure() -> torch.Tensor:
@@ -232,6 +278,8 @@ def make_closure(
             # zero_grad() sets .grad to None, so later evaluations make new tensors: keeping
             # references is enough.
             stats.first_grads = [p.grad for p in params]
+            if check:
+                stats.grad_norm = check_finite(loss, params, stats.want_norm)
         return loss
 
     return closure
@@ -244,28 +292,17 @@ def _figure(task: Task, tb: TBLogger, step: int, out_dir: Path) -> Path:
     return path
 
 
-def _check_intervals(steps: int, log_cfg: Any) -> None:
-    """Reject steps < 1 and negative or zero logging intervals with a clear message."""
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
-    if log_cfg.every < 1:
-        raise ValueError(f"log.every must be >= 1, got {log_cfg.every}")
-    for key in ("hist_every", "figure_every", "val_every", "console_every"):
-        if getattr(log_cfg, key) < 0:
-            value = getattr(log_cfg, key)
-            raise ValueError(f"log.{key} must be >= 0 (0 turns it off), got {value}")
-
-
 def show_progress() -> bool:
     """A progress bar only on an interactive terminal: never in CI, logs or captured output."""
     return sys.stdout.isatty() and not os.environ.get("CI")
 
 
 @contextmanager
-def progress_bar(steps: int) -> Iterator[Any]:
-    """A tqdm bar on stdout; console log lines are printed above it instead of through it."""
+def progress_bar(steps: int, done: int = 0) -> Iterator[Any]:
+    """A tqdm bar on stdout (from `done` steps); console log lines are printed above it."""
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    with logging_redirect_tqdm(), tqdm(total=steps, file=sys.stdout, unit="step") as bar:
+    bar = tqdm(total=steps, initial=done, file=sys.stdout, unit="step")
+    with logging_redirect_tqdm(), bar:
         yield bar

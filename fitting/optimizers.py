@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .gradient_descent import GradientDescent
+from .validate import ConfigError
 
 if TYPE_CHECKING:
     from .tasks import Task
@@ -25,7 +26,7 @@ def build_optimizer(
 
     newton and lm work on the task's residuals: they need `task` (its `reduction`; `fit` gives
     them `residual_fn` of each batch) and refuse models whose size or batch-norm statistics
-    they cannot handle, with a config error before any step.
+    they cannot handle, with a ConfigError before any step.
     """
     cfg = cfg_optimizer
     if cfg.name in ("sgd", "adam") and cfg.lr <= 0:
@@ -89,6 +90,7 @@ def _second_order(cfg: Any, model: nn.Module, task: Task | None) -> torch.optim.
 
     if task is None:
         raise ValueError(f"optimizer={cfg.name} needs the task (its residuals) to be built")
+    _check_model(cfg, model, task)
     common = dict(
         reduction=task.reduction,
         max_tries=cfg.max_tries,
@@ -120,14 +122,35 @@ def _second_order(cfg: Any, model: nn.Module, task: Task | None) -> torch.optim.
             max_jacobian_numel=cfg.max_jacobian_numel,
             **common,
         )
+    return optimizer
+
+
+def _check_model(cfg: Any, model: nn.Module, task: Task) -> None:
+    """ConfigError for a model newton/lm cannot take: too many parameters for the n×n matrix,
+    state updated in training (batch norm), or a Jacobian beyond max_jacobian_numel (lm)."""
+    n = sum(p.numel() for p in model.parameters())
+    if n > cfg.max_params:
+        raise ConfigError(
+            f"optimizer={cfg.name} needs an n×n matrix but the model has {n} parameters, more "
+            f"than max_params={cfg.max_params}; use optimizer=lbfgs or adam for this model, "
+            f"or raise optimizer.max_params if {n}² entries fit in memory"
+        )
     buffers = [name for name, _ in model.named_buffers()]
     if buffers:
-        raise ValueError(
+        raise ConfigError(
             f"optimizer={cfg.name} needs residuals that are a pure function of the parameters, "
             f"but the {task.name} model updates state in training (buffer {buffers[0]}, e.g. "
             "batch-norm statistics); use optimizer=lbfgs or adam for this model"
         )
-    return optimizer
+    if cfg.name == "lm" and task.full_batch:
+        with torch.no_grad():
+            m = task.residuals(model, task.batch(0)).numel()
+        if m * n > cfg.max_jacobian_numel:
+            raise ConfigError(
+                f"optimizer=lm needs a {m}×{n} Jacobian ({m * n} entries), more than "
+                f"optimizer.max_jacobian_numel={cfg.max_jacobian_numel}; use fewer data points, "
+                "optimizer=lbfgs, or raise max_jacobian_numel if it fits in memory"
+            )
 
 
 def _value(option: Enum | str) -> str:

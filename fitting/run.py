@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -12,33 +13,50 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from .checkpoint import Checkpointer, check_resumable, plain_config, restore
+from .checkpoint import load as load_checkpoint
 from .loop import FitResult, fit
 from .optimizers import build_optimizer
 from .tasks import build_task
 from .tb_logging import TBLogger
+from .validate import CHECKPOINT, ConfigError, validate
 
 log = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> float:
-    """Train as `cfg` says, writing the TensorBoard run and figures to `out_dir`; return the
-    final training loss (that of the last step, as the tutorial prints it)."""
+    """Train as `cfg` says, writing the TensorBoard run, figures and checkpoint.pt to `out_dir`;
+    return the final training loss (that of the last step, as the tutorial prints it).
+
+    Out-of-range values raise ConfigError before anything is built. With `cfg.resume` (a run
+    dir, which must be `out_dir`) the run continues from its checkpoint. A run stopped by a
+    signal or a non-finite loss raises RunStopped (Interrupted, Diverged) after saving."""
+    validate(cfg)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    saved = _resume_payload(cfg, out) if cfg.resume else None
     impl, device, dtype = _value(cfg.impl), resolve_device(_value(cfg.device)), _dtype(cfg)
-    with torch_threads(cfg.threads):
+    with torch_threads(cfg.threads), deterministic(cfg.deterministic, device):
         torch.manual_seed(cfg.seed)  # model initialization; data use their own seeded generator
         task = build_task(cfg.task, impl, device, dtype, cfg.seed)
         optimizer = build_optimizer(cfg.optimizer, task.model, task)
+        state = None if saved is None else restore(saved, task, optimizer)
         log.info(
             "task=%s impl=%s optimizer=%s steps=%d seed=%d device=%s dtype=%s%s",
             task.name, impl, describe_optimizer(cfg.optimizer), cfg.steps, cfg.seed, device,
             _value(cfg.dtype), " compile=true" if cfg.compile else "",
         )
+        if state is not None:
+            log.info("resuming after step %d of %d from %s", state.step, cfg.steps,
+                     out / CHECKPOINT)
         forward = compiled(task.model) if cfg.compile else task.model
-        with TBLogger(out) as tb:
+        ckpt = Checkpointer(out, cfg.ckpt.every, plain_config(cfg), task, optimizer)
+        # purge_step: TensorBoard drops what the run logged after its checkpoint, before it
+        # stopped, so no step appears twice.
+        with TBLogger(out, purge_step=None if state is None else state.step) as tb:
             result = fit(
-                task, optimizer, cfg.steps, cfg.log, tb, out, cfg.optimizer.stop, forward
+                task, optimizer, cfg.steps, cfg.log, tb, out, cfg.optimizer.stop, forward,
+                ckpt=ckpt, state=state, on_nonfinite=_value(cfg.on_nonfinite),
             )
             summary = task.summary(task.model)
             tb.hparams(
@@ -55,6 +73,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> float:
     log.info("%s", convergence_line(result, summary, cfg.steps))
     log.info("final: %s", ", ".join(f"{k}={v:.6g}" for k, v in summary.items()))
     log.info("figure: %s", result.figures[-1])
+    log.info("checkpoint: %s", ckpt.path)
     log.info("run dir: %s", out)
     log.info("view it: tensorboard --logdir %s", out)
     return result.final_loss
@@ -136,12 +155,44 @@ def final_metrics(result: FitResult, summary: dict[str, float]) -> dict[str, flo
 
 
 def resolve_device(name: str) -> torch.device:
-    """'auto' is cuda when available, else cpu; 'cuda' without CUDA is an error."""
+    """'auto' is cuda when available, else cpu; 'cuda' without CUDA is a ConfigError."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device=cuda but CUDA is not available; use device=auto or device=cpu")
+        raise ConfigError("device=cuda but CUDA is not available; use device=auto or device=cpu")
     return torch.device(name)
+
+
+@contextmanager
+def deterministic(on: bool, device: torch.device) -> Iterator[None]:
+    """torch.use_deterministic_algorithms(True) inside the block when `on`, then as before.
+
+    On CUDA cuBLAS also needs CUBLAS_WORKSPACE_CONFIG, set (unless already) before its first
+    use; CPU runs are repeatable without any of this."""
+    if not on:
+        yield
+        return
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+def _resume_payload(cfg: DictConfig, out: Path) -> dict[str, Any]:
+    """The checkpoint to resume from, checked against `cfg` (ConfigError if it does not fit)."""
+    run_dir = Path(cfg.resume).expanduser().resolve()
+    if run_dir != out:
+        raise ConfigError(
+            f"resume={cfg.resume} continues that run in its own dir, but the output dir is "
+            f"{out}; leave hydra.run.dir out when resuming"
+        )
+    payload = load_checkpoint(run_dir)
+    check_resumable(payload, cfg, run_dir)
+    return payload
 
 
 @contextmanager
