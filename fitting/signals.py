@@ -4,6 +4,8 @@ gradient before its update, and the exceptions that say why a run stopped."""
 from __future__ import annotations
 
 import math
+import re
+import shlex
 import signal
 import threading
 from types import FrameType, TracebackType
@@ -33,10 +35,22 @@ class Interrupted(RunStopped):
         name = signal.Signals(signum).name
         super().__init__(
             f"interrupted by {name} after {step} of {steps} steps (checkpoint saved); "
-            f"resume with: python train.py resume={run_dir}",
+            f"resume with: {resume_command(run_dir)}",
             128 + signum,
         )
         self.signum, self.step = signum, step
+
+
+def resume_command(run_dir: str) -> str:
+    """The shell command that resumes `run_dir`; the path is quoted for Hydra's override
+    grammar (and the shell) when it holds other characters, as a sweep job's dir does
+    (0_impl=custom,task=mlp: `,` would make a sweep of it, `=` is refused)."""
+    if re.fullmatch(r"[\w/.+-]+", run_dir):
+        return f"python train.py resume={run_dir}"
+    value = "resume='" + run_dir.replace("'", "\\'") + "'"
+    if re.search(r'["$`\\!]', value):
+        return f"python train.py {shlex.quote(value)}"
+    return f'python train.py "{value}"'
 
 
 class Diverged(RunStopped):

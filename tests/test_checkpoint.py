@@ -183,3 +183,21 @@ def test_logging_settings_may_change_on_resume(tmp_path):
     run(make_cfg("steps=8", "log.every=2", "ckpt.every=0", "threads=2", *QUIET,
                  f"resume={tmp_path}"), tmp_path)
     assert sorted(losses(tmp_path)) == [0, 1, 2, 3, 4, 6, 7]
+
+
+@pytest.mark.parametrize(
+    "run_dir",
+    ["/tmp/outputs/2026-01-01/12-00-00-000001", "/tmp/sweep/0_impl=custom,task=mlp",
+     "/tmp/my runs/a", "/tmp/it's", '/tmp/a"b$c'],
+)
+def test_resume_command_survives_the_shell_and_hydras_grammar(run_dir):
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from fitting.signals import resume_command
+
+    python, script, *args = shlex.split(resume_command(run_dir))
+    assert (python, script) == ("python", "train.py") and len(args) == 1
+    (override,) = OverridesParser.create().parse_overrides(args)
+    assert (override.key_or_group, override.value()) == ("resume", run_dir)
