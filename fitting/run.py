@@ -17,6 +17,7 @@ from .checkpoint import Checkpointer, check_resumable, plain_config, restore
 from .checkpoint import load as load_checkpoint
 from .loop import FitResult, fit
 from .optimizers import build_optimizer
+from .parallel import job_threads
 from .tasks import build_task
 from .tb_logging import TBLogger
 from .validate import CHECKPOINT, ConfigError, validate
@@ -36,7 +37,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> float:
     out.mkdir(parents=True, exist_ok=True)
     saved = _resume_payload(cfg, out) if cfg.resume else None
     impl, device, dtype = _value(cfg.impl), resolve_device(_value(cfg.device)), _dtype(cfg)
-    with torch_threads(cfg.threads), deterministic(cfg.deterministic, device):
+    with torch_threads(job_threads(cfg.threads)), deterministic(cfg.deterministic, device):
         torch.manual_seed(cfg.seed)  # model initialization; data use their own seeded generator
         task = build_task(cfg.task, impl, device, dtype, cfg.seed)
         optimizer = build_optimizer(cfg.optimizer, task.model, task)
