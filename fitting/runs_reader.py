@@ -124,10 +124,13 @@ def check_event_file(path: Path) -> None:
 
 
 def read_scalars(files: list[Path]) -> dict[str, Series]:
-    """All scalar tags of `files`; a tag in several files is taken from the one with most points."""
+    """All scalar tags of `files`, read per directory; a tag in several directories is taken
+    from the one with most points."""
     best: dict[str, Series] = {}
-    for path in files:
-        acc = EventAccumulator(str(path), size_guidance={SCALARS: 0})
+    for directory in sorted({path.parent for path in files}):
+        # One accumulator per directory reads a resumed run's event files in order and drops
+        # the points its second writer's purge_step discarded (logged after the checkpoint).
+        acc = EventAccumulator(str(directory), size_guidance={SCALARS: 0})
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
             events = sorted(acc.Scalars(tag), key=lambda e: (e.step, e.wall_time))

@@ -281,3 +281,23 @@ def test_group_label_leaves_out_the_sweep_preset():
         task="mlp", optimizer="adam", overrides=["+experiment=compare_tasks", "impl=custom", "task=mlp", "steps=50"]
     )
     assert group_label([run]) == "mlp · adam · steps=50"
+
+
+def test_a_resumed_run_reads_as_one_curve_without_purged_points(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from fitting.runs_reader import find_event_files, read_scalars
+
+    # First writer logs steps 0..9 but the checkpoint was at step 6; the resumed writer
+    # purges 6..9 and logs 6..11 again with other values.
+    first = SummaryWriter(str(tmp_path), filename_suffix=".a")
+    for step in range(10):
+        first.add_scalar("loss/train", 100.0 + step, step)
+    first.close()
+    second = SummaryWriter(str(tmp_path), purge_step=6, filename_suffix=".b")
+    for step in range(6, 12):
+        second.add_scalar("loss/train", 200.0 + step, step)
+    second.close()
+    series = read_scalars(find_event_files(tmp_path))["loss/train"]
+    assert series.steps.tolist() == list(range(12))
+    assert series.values.tolist() == [100.0 + s for s in range(6)] + [200.0 + s for s in range(6, 12)]
