@@ -198,9 +198,13 @@ def tensors(
     return Arg(leaf, view)
 
 
-def grad_output(draw, like: torch.Tensor) -> torch.Tensor:
-    """A random (possibly strided, broadcast) finite incoming gradient shaped like `like`."""
-    return draw(tensors(tuple(like.shape), like.dtype, like.device, requires_grad=False)).tensor
+def grad_output(draw, like: torch.Tensor, *, special: bool = False) -> torch.Tensor:
+    """A random (possibly strided, broadcast) incoming gradient shaped like `like`: finite,
+    or with `special` also ±inf and nan."""
+    shape = tuple(like.shape)
+    return draw(
+        tensors(shape, like.dtype, like.device, requires_grad=False, special=special)
+    ).tensor
 
 
 # ---------------------------------------------------------------------------------------------

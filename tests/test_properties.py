@@ -166,7 +166,8 @@ BAD_CONSTANTS = st.sampled_from(
     [True, False, 1j, "2", None, torch.tensor(2.0), [2.0], decimal.Decimal(2)]
 )
 
-# name -> (op, the op on |x| (the size of its terms, for the error bound), non-finite inputs?)
+# name -> (op, the op on |x| (the size of its terms, for the error bound), non-finite inputs
+# and incoming gradients?)
 # Exact ops (relu, mul_constant: one rounding, same as the twin) get a zero bound. legendre_p3
 # gets finite inputs only: at ±inf the built-in ½(5x³ − 3x) is inf − inf = nan while the custom
 # x·(2.5x² − 1.5) gives ±inf - a deliberate difference (the custom is right), not a bug.
@@ -213,7 +214,7 @@ def test_unary_op_matches_builtin_or_raises_clearly(name, data):
     assert builtin.ok, f"{name}(impl='builtin') rejected a valid input: {builtin.error!r}"
     out_c, out_b = custom.value, builtin.value
     assert out_c.requires_grad == out_b.requires_grad == x.leaf.requires_grad
-    g = grad_output(draw, out_b)
+    g = grad_output(draw, out_b, special=special)  # non-finite gradients too, where allowed
     grads_c, grads_b = grads(out_c, [x.leaf], g), grads(out_b, [x.leaf], g)
 
     if abs_problem is None:
@@ -1068,20 +1069,14 @@ def test_xfail_fused_conv_bn2d_zero_sizes_rejected_clearly(x_shape, w_shape, pad
                 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "relu custom backward multiplies the incoming gradient by the 0/1 mask, so a nan/inf "
-        "gradient where x <= 0 gives nan (0·inf, 0·nan); torch.relu's threshold_backward gives 0"
-    ),
-)
-def test_xfail_relu_backward_non_finite_grad_where_inactive():
-    x = torch.tensor([-1.0, -2.0, 3.0], requires_grad=True)
-    g = torch.tensor([float("nan"), float("inf"), 1.0])
+def test_relu_backward_non_finite_grad_where_inactive():
+    """Found by the unary property (fixed in c4b282c): a nan/inf incoming gradient where
+    x <= 0 gives 0 like torch.relu's, not nan (0·inf) as multiplying by the mask did."""
+    x = torch.tensor([-1.0, -2.0, 3.0, -0.0], requires_grad=True)
+    g = torch.tensor([float("nan"), float("inf"), 1.0, -float("inf")])
     (expected,) = torch.autograd.grad(relu(x, impl="builtin"), x, g)
     (got,) = torch.autograd.grad(relu(x), x, g)
-    assert torch.equal(got, expected), (got, expected)  # [nan, nan, 1] vs [0, 0, 1]
+    assert torch.equal(got, expected), (got, expected)  # [0, 0, 1, 0]
 
 
 @pytest.mark.xfail(
