@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 IMPLS = ("custom", "builtin")
+# float8 types also report is_floating_point(), but aten has no arithmetic kernels for them.
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_impl(op: str, impl: str) -> None:
@@ -17,10 +19,10 @@ def check_float_tensor(op: str, name: str, t: object) -> None:
     """Raise TypeError unless `t` is a floating-point tensor."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if not t.is_floating_point():
+    if t.dtype not in FLOAT_DTYPES:
         raise TypeError(
-            f"{op}: {name} must have a floating-point dtype, got {t.dtype}; "
-            f"convert it first, e.g. {name}.float()"
+            f"{op}: {name} must have a floating-point dtype (float16, bfloat16, float32, "
+            f"float64), got {t.dtype}; convert it first, e.g. {name}.float()"
         )
 
 

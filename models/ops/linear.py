@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -38,9 +40,9 @@ class LinearFn(Function):
         if ctx.needs_input_grad[0]:
             grad_x = grad.matmul(weight)
         if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-            grad_2d = grad.reshape(-1, grad.shape[-1])
+            grad_2d = _rows(grad)
             if ctx.needs_input_grad[1]:
-                grad_w = grad_2d.t().mm(x.reshape(-1, x.shape[-1]))
+                grad_w = grad_2d.t().mm(_rows(x))
             if ctx.has_bias and ctx.needs_input_grad[2]:
                 grad_b = grad_2d.sum(0)
         return grad_x, grad_w, grad_b
@@ -59,6 +61,11 @@ class LinearFn(Function):
 
 
 _LinearFnNoJvp = without_jvp(LinearFn)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """t as a 2-D (rows, last dim) matrix; explicit rows: reshape(-1, 0) can't infer them."""
+    return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
 
 
 def linear_builtin(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):

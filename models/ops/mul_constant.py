@@ -47,9 +47,14 @@ def mul_constant(x: torch.Tensor, c: float, impl: str = "custom") -> torch.Tenso
             f"mul_constant: c must be a real Python number (int or float), got {type(c).__name__}; "
             "for a tensor factor use torch.mul"
         )
+    try:
+        # One value for both impls: a Fraction or a big int becomes the float torch would use.
+        c = float(c)
+    except OverflowError:
+        raise ValueError(
+            f"mul_constant: c has {len(str(abs(c)))} digits, beyond the float range"
+        ) from None
     if impl == "custom":
-        return (_MulConstantNoJvp if torch.compiler.is_compiling() else MulConstant).apply(
-            x, float(c)
-        )
+        return (_MulConstantNoJvp if torch.compiler.is_compiling() else MulConstant).apply(x, c)
     check_impl("mul_constant", impl)
     return x * c
