@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.benchmark import Timer
 
 from fitting.allocator import allocator_setting
+from fitting.bench_ops import row
 from models.conv_bn import FusedConvBN2d
 from models.ops.fused_conv_bn import fused_conv_bn2d
 from models.ops.memory import saved_tensor_bytes
@@ -58,19 +59,6 @@ def _peak_cuda_bytes(step: Callable[[], object], device: torch.device) -> int:
     return torch.cuda.max_memory_allocated(device) - base
 
 
-def _row(name, t_c, t_b, b_c, b_b, target) -> dict:
-    return {
-        "name": name,
-        "custom_ms": t_c,
-        "builtin_ms": t_b,
-        "time_ratio": t_c / t_b,
-        "custom_bytes": b_c,
-        "builtin_bytes": b_b,
-        "bytes_ratio": b_c / b_b if b_b else float("nan"),
-        "target": target,
-    }
-
-
 def _op_row(device: torch.device, rounds: int, min_run_time: float) -> dict:
     """One conv+BN layer in training mode: fwd+bwd time and saved-for-backward bytes."""
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -97,7 +85,7 @@ def _op_row(device: torch.device, rounds: int, min_run_time: float) -> dict:
     t_c, t_b = _side_by_side(step("custom"), step("builtin"), rounds, min_run_time)
     b_c, b_b = _saved_bytes(forward("custom")), _saved_bytes(forward("builtin"))
     name = f"fused_conv_bn2d train fwd+bwd N={N} {C_IN}->{C_OUT} {HW}x{HW} {K}x{K}"
-    return _row(name, t_c, t_b, b_c, b_b, TARGET_OP)
+    return row(name, t_c, t_b, b_c, b_b, TARGET_OP)
 
 
 def _cnn(impl: str, device: torch.device) -> nn.Sequential:
@@ -125,9 +113,9 @@ def _cnn_row(device: torch.device, rounds: int, min_run_time: float) -> dict:
         for impl in models:
             step(impl)()  # warm-up: cuDNN workspaces and gradient buffers exist before measuring
         b_c, b_b = (_peak_cuda_bytes(step(impl), device) for impl in ("custom", "builtin"))
-        return _row(name + " (bytes: CUDA peak)", t_c, t_b, b_c, b_b, "peak <= 0.6x")
+        return row(name + " (bytes: CUDA peak)", t_c, t_b, b_c, b_b, "peak <= 0.6x")
     b_c, b_b = (_saved_bytes(lambda m=models[impl]: m(x)) for impl in ("custom", "builtin"))
-    return _row(name + " (bytes: saved)", t_c, t_b, b_c, b_b, "(informative; peak target is CUDA)")
+    return row(name + " (bytes: saved)", t_c, t_b, b_c, b_b, "(informative; peak target is CUDA)")
 
 
 def bench_fused_conv_bn(device: torch.device | str, quick: bool = False) -> list[dict]:

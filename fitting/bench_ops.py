@@ -45,6 +45,11 @@ def compare(
         times_b.append(fwd_bwd_ms(builtin, inputs, min_run_time))
     t_c, t_b = statistics.median(times_c), statistics.median(times_b)
     b_c, b_b = saved_bytes(custom, inputs), saved_bytes(builtin, inputs)
+    return row(name, t_c, t_b, b_c, b_b, target)
+
+
+def row(name: str, t_c: float, t_b: float, b_c: int, b_b: int, target: str) -> dict:
+    """A benchmark table row: custom/builtin times (ms), saved bytes, their ratios, target."""
     return {
         "name": name,
         "custom_ms": t_c,
