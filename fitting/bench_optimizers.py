@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.ops import legendre_p3
+from models.poly3 import Poly3
 
 from .levenberg_marquardt import LevenbergMarquardt
 from .newton import Newton
@@ -35,19 +35,6 @@ PLAN = {
     "newton": (50, "newton"),
     "lm": (50, "lm"),
 }
-
-
-class _Poly3(nn.Module):
-    """a + b·P3(c + d·x), the tutorial's model (kept here so the benchmark stands alone)."""
-
-    def __init__(self, impl: str, dtype: torch.dtype):
-        super().__init__()
-        self.impl = impl
-        for name, value in zip("abcd", START, strict=True):
-            setattr(self, name, nn.Parameter(torch.tensor(value, dtype=dtype)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.a + self.b * legendre_p3(self.c + self.d * x, self.impl)
 
 
 def _residuals(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -94,7 +81,7 @@ def run(name: str, impl: str, dtype: torch.dtype, optimum: float) -> Run:
     """Fit once; the loss after each step is the next step's returned (pre-step) loss."""
     iterations, label = PLAN[name]
     batch = poly3_data(dtype)
-    model = _Poly3(impl, dtype)
+    model = Poly3(*START, impl=impl, dtype=dtype)
     optimizer = make_optimizer(name, model, batch)
 
     def closure() -> torch.Tensor:

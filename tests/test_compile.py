@@ -9,28 +9,9 @@ import torch
 from torch import nn
 
 from models.layers import Linear, ReLU
-from models.ops import legendre_p3
+from models.poly3 import Poly3
 
 pytestmark = pytest.mark.slow
-
-
-class Poly3(nn.Module):
-    """y = a + b·P3(c + d·x); `p3` picks the P3 implementation."""
-
-    def __init__(self, p3):
-        super().__init__()
-        self.p3 = p3
-        for name, value in zip("abcd", (0.1, -1.0, 0.2, 0.3), strict=True):
-            setattr(self, name, nn.Parameter(torch.tensor(value, dtype=torch.float64)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.a + self.b * self.p3(self.c + self.d * x)
-
-
-P3S = {
-    "builtin": lambda x: legendre_p3(x, "builtin"),
-    "custom": legendre_p3,
-}
 
 
 def _loss_and_grads(model: nn.Module, forward) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -41,9 +22,9 @@ def _loss_and_grads(model: nn.Module, forward) -> tuple[torch.Tensor, list[torch
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-def _check_compiled_equals_eager(p3_name: str) -> None:
+def _check_compiled_equals_eager(impl: str) -> None:
     torch._dynamo.reset()
-    model = Poly3(P3S[p3_name])
+    model = Poly3(0.1, -1.0, 0.2, 0.3, impl=impl, dtype=torch.float64)
     eager = _loss_and_grads(model, model)
     compiled = _loss_and_grads(model, torch.compile(model, fullgraph=True, backend="inductor"))
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-12, atol=0)

@@ -14,6 +14,7 @@ from fitting.newton import Newton
 from fitting.poly3_optimum import cubic_to_poly3, exact_poly3_optimum, poly3_data
 from fitting.second_order import residual_fn_from_model
 from models.ops import legendre_p3
+from models.poly3 import Poly3
 
 TUTORIAL_START = (0.0, -1.0, 0.0, 0.3)
 MAX_ITERS = 50
@@ -29,19 +30,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-class Poly3(nn.Module):
-    """y = a + b·P3(c + d·x) with the four coefficients as Parameters."""
-
-    def __init__(self, impl: str, dtype: torch.dtype, start=TUTORIAL_START):
-        super().__init__()
-        self.impl = impl
-        for name, value in zip("abcd", start, strict=True):
-            setattr(self, name, nn.Parameter(torch.tensor(value, dtype=dtype)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.a + self.b * legendre_p3(self.c + self.d * x, self.impl)
 
 
 def residuals(model: nn.Module, batch) -> torch.Tensor:
@@ -79,7 +67,7 @@ def sse_closure(model, optimizer, batch):
 def fit(name: str, impl: str, dtype: torch.dtype, start=TUTORIAL_START):
     """Run MAX_ITERS steps; (losses after each step, final ‖∇F‖, final parameters)."""
     batch = poly3_data(dtype)
-    model = Poly3(impl, dtype, start)
+    model = Poly3(*start, impl=impl, dtype=dtype)
     optimizer = make_optimizer(name, model, batch)
     closure = sse_closure(model, optimizer, batch)
     losses = []
@@ -176,7 +164,7 @@ def test_newton_damps_an_indefinite_hessian_and_still_converges():
     # follows the valley b → 0⁺, d → ∞ towards loss ≈ 800 instead; LM jumps out of it.)
     start = (0.0, -1.0, 0.0, 0.4)
     batch = poly3_data(torch.float64)
-    model = Poly3("custom", torch.float64, start)
+    model = Poly3(*start, dtype=torch.float64)
     optimizer = make_optimizer("newton", model, batch)
     optimizer.step()
     assert optimizer.last_stats["damping"] > 0
@@ -189,7 +177,7 @@ def test_newton_damps_an_indefinite_hessian_and_still_converges():
 @pytest.mark.parametrize("name", ("newton", "lm"))
 def test_step_follows_the_optimizer_contract(name):
     batch = poly3_data(torch.float64)
-    model = Poly3("custom", torch.float64)
+    model = Poly3(dtype=torch.float64)
     optimizer = make_optimizer(name, model, batch, reduction="mean")
     closure_losses = []
 
@@ -235,7 +223,7 @@ def test_refuses_a_model_with_too_many_parameters(cls, limit):
 
 def test_lm_refuses_a_jacobian_too_large_for_memory():
     batch = poly3_data(torch.float64)
-    model = Poly3("custom", torch.float64)
+    model = Poly3(dtype=torch.float64)
     optimizer = make_optimizer("lm", model, batch, max_jacobian_numel=1000)
     with pytest.raises(ValueError, match=r"2000×4 Jacobian .*max_jacobian_numel=1000"):
         optimizer.step()
