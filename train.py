@@ -55,10 +55,11 @@ def main(cfg: DictConfig) -> float:
     if multirun:
         sweep_dir = Path(hydra_cfg.sweep.dir).resolve()
         log.info("all jobs of the sweep: tensorboard --logdir %s", sweep_dir)
-    # The interpreter's collection at exit walks every object torch and torch._dynamo
-    # created on import (~0.6 s here); frozen objects are skipped. Nothing left needs it:
-    # the event file and logs are already closed or flushed.
-    gc.freeze()
+    else:
+        # The interpreter's collection at exit walks every object torch created on import
+        # (~0.6 s here); frozen objects are skipped. Not in a sweep: later jobs of the same
+        # process would never collect this job's cyclic garbage.
+        gc.freeze()
     return loss
 
 
