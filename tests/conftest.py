@@ -15,3 +15,12 @@ DEVICES = [
 def device(request) -> torch.device:
     """A torch.device: cpu always, cuda when available (skipped otherwise)."""
     return torch.device(request.param)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: a second intra-op thread only adds sync cost on a busy 2-core box."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

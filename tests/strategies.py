@@ -1,4 +1,4 @@
-"""Hypothesis strategies and checks for the property tests (tests/test_properties.py).
+"""Hypothesis strategies and checks for the property tests (tests/test_properties_*.py).
 
 Bad tensors: random shapes, dtypes, devices, strided views and requires_grad subsets, plus the
 assertions the properties share: "a clear error" (ValueError/TypeError naming the op) and
