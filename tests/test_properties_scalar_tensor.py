@@ -9,6 +9,8 @@ tests/property_checks.py for the shared settings.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 import torch
 from hypothesis import event, given
@@ -49,7 +51,7 @@ def test_scalar_tensor_matches_dense_or_raises_clearly(data):
         st.one_of(
             st.floats(-1e3, 1e3),
             st.integers(-5, 5),
-            st.sampled_from([True, "1", None, torch.tensor(1.0)]),
+            st.sampled_from([True, "1", None, torch.tensor(1.0), Fraction(1, 2), 2**70]),
         ),
         label="value",
     )
@@ -60,7 +62,9 @@ def test_scalar_tensor_matches_dense_or_raises_clearly(data):
     s = made.value
     m = draw(st.sampled_from([n, n + 1]), label="other N")
     other_shape = draw(st.sampled_from([(n, n), (m, n), (n,), (2, n, n), (m,), ()]))
-    other = draw(tensors(other_shape, torch.float32, "cpu", requires_grad=False)).tensor
+    # Mostly the dense twin's float32; other dtypes check promotion (mul) and refusal (mm).
+    dtype = draw(st.sampled_from([torch.float32] * 4 + [torch.float64, torch.float16, torch.int64]))
+    other = draw(tensors(other_shape, dtype, "cpu", requires_grad=False)).tensor
     other_value = draw(st.floats(-10, 10), label="other value")
     if m != n:
         # Deliberately stricter than dense N = 1 broadcasting: value·I of different sizes.
@@ -68,7 +72,12 @@ def test_scalar_tensor_matches_dense_or_raises_clearly(data):
         assert_clear_error(error, "torch.add", kind=ValueError)
     calls = {
         "mean": (torch.mean, s),
-        "diagonal": (torch.diagonal, s, draw(st.integers(-4, 4), label="offset")),
+        "diagonal": (
+            torch.diagonal,
+            s,
+            draw(st.integers(-4, 4), label="offset"),
+            *draw(st.lists(st.integers(-3, 2), max_size=2), label="dim1, dim2"),
+        ),
         "add": (torch.add, s, ScalarTensor(n, other_value)),
         "mul": (torch.mul, s, other),
         "mul_number": (torch.mul, s, other_value),
@@ -79,12 +88,6 @@ def test_scalar_tensor_matches_dense_or_raises_clearly(data):
     name = draw(st.sampled_from(sorted(calls)), label="function")
     fn, *args = calls[name]
     dense_args = [a.tensor() if isinstance(a, ScalarTensor) else a for a in args]
-    # KNOWN BUG (xfail below): torch.mm of a non-matrix or of mismatched sizes, and diagonal
-    # of an int value (dim1/dim2 are never drawn).
-    if name == "mm" and (other.dim() != 2 or other.shape[0] != n):
-        return
-    if name == "diagonal" and isinstance(value, int):
-        return
     got, want = Outcome(fn, *args), Outcome(fn, *dense_args)
     event(f"{name}: dense " + ("ran" if want.ok else "raised"))
     if not want.ok:
@@ -100,31 +103,94 @@ def test_scalar_tensor_matches_dense_or_raises_clearly(data):
     assert_close_bound(result, want.value, bound, torch.float32, k=4, what=name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "ScalarTensor's handlers differ from the dense N×N tensor: torch.mm accepts a 1-D or 3-D "
-        "operand (the dense mm raises), torch.diagonal ignores dim1/dim2 (no IndexError for dim2=2) "
-        "and returns int64 for an int value (dense: float32); torch.mm's size error says "
-        "'torch.matmul: ...'"
-    ),
+MM, MATMUL, DIAGONAL = "torch.mm", "torch.matmul", "torch.diagonal"
+VALUES, VALUE_IDS = [2, -3.5, -0.0], ["int", "float", "neg-zero"]
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        (MM, lambda s: torch.mm(s, torch.ones(3))),
+        (MM, lambda s: torch.mm(s, torch.ones(2, 3, 3))),
+        (MM, lambda s: torch.mm(torch.ones(2, 3, 3), s)),
+        (MM, lambda s: torch.mm(s, torch.ones(2, 3))),
+        (MM, lambda s: torch.mm(s, torch.ones(3, 2, dtype=torch.float64))),
+        (MATMUL, lambda s: torch.matmul(torch.ones(2, 3, dtype=torch.int64), s)),
+        (MATMUL, lambda s: torch.matmul(s, torch.tensor(1.0))),
+        (MATMUL, lambda s: torch.matmul(torch.ones(2, 2), s)),
+        (DIAGONAL, lambda s: torch.diagonal(s, 0, 0, 2)),
+        (DIAGONAL, lambda s: torch.diagonal(s, 0, -3, 1)),
+        (DIAGONAL, lambda s: torch.diagonal(s, 0, 1, -1)),
+    ],
+    ids=[
+        "mm-vector",
+        "mm-3d",
+        "rmm-3d",
+        "mm-sizes",
+        "mm-dtype",
+        "rmatmul-dtype",
+        "matmul-0d",
+        "rmatmul-sizes",
+        "diagonal-dim2-2",
+        "diagonal-dim1--3",
+        "diagonal-same-dim",
+    ],
 )
+def test_scalar_tensor_raises_clearly_where_dense_raises(name, call):
+    """Found by the property above (mm took 1-D/3-D operands, diagonal ignored dim1/dim2, the
+    mm size error said torch.matmul): where the dense twin raises, a clear error naming the
+    function called; out-of-range dims are IndexErrors too, like the dense twin's."""
+    s = ScalarTensor(3, 2)
+    want = Outcome(call, s.tensor())
+    assert not want.ok, "the dense twin should refuse this call"
+    got = Outcome(call, s)
+    assert_clear_error(got.error, name)
+    if isinstance(want.error, IndexError):
+        assert isinstance(got.error, IndexError), got.error
+
+
 @pytest.mark.parametrize(
     "call",
     [
-        lambda s: torch.mm(s, torch.ones(3)),
-        lambda s: torch.mm(s, torch.ones(2, 3, 3)),
-        lambda s: torch.diagonal(s, 0, 0, 2),
         lambda s: torch.diagonal(s),
-        lambda s: torch.mm(s, torch.ones(2, 3)),
+        lambda s: torch.diagonal(s, -1),
+        lambda s: torch.diagonal(s, 1, 1, 0),
+        lambda s: torch.diagonal(s, offset=-2, dim1=-1, dim2=-2),
+        lambda s: torch.diagonal(s, torch.tensor(1), 0, 1),
+        lambda s: torch.diagonal(s, 7),
+        lambda s: torch.mul(s, torch.arange(9.0).reshape(3, 3)),
+        lambda s: torch.mul(torch.arange(9, dtype=torch.int64).reshape(3, 3), s),
+        lambda s: torch.mul(s, torch.full((3, 3), float("inf"), dtype=torch.float64)),
+        lambda s: torch.mul(s, torch.ones(3, 3, dtype=torch.float16)),
     ],
-    ids=["mm-vector", "mm-3d", "diagonal-dims", "diagonal-int-dtype", "mm-error-names-matmul"],
 )
-def test_xfail_scalar_tensor_matches_dense(call):
-    s = ScalarTensor(3, 2)
-    got, want = Outcome(call, s), Outcome(call, s.tensor())
-    if want.ok:
-        assert got.ok and got.value.dtype == want.value.dtype
-        torch.testing.assert_close(got.value, want.value)
-    else:
-        assert_clear_error(got.error, "torch.mm", "torch.diagonal", "ScalarTensor")
+@pytest.mark.parametrize("value", VALUES, ids=VALUE_IDS)
+def test_scalar_tensor_matches_dense_values_and_dtype(value, call):
+    """An int value's diagonal has the dense float dtype (was int64); signed zeros, nans and
+    promoted dtypes are the dense twin's too."""
+    s = ScalarTensor(3, value)
+    got, want = call(s), call(s.tensor())
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(got.signbit(), want.signbit()), (got, want)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: torch.mm(s, torch.arange(6.0).reshape(3, 2)),
+        lambda s: torch.mm(torch.arange(6.0).reshape(2, 3), s),
+        lambda s: torch.matmul(s, torch.arange(3.0)),
+        lambda s: torch.matmul(torch.arange(3.0), s),
+        lambda s: torch.matmul(s, torch.arange(18.0).reshape(2, 3, 3)),
+        lambda s: torch.matmul(torch.arange(12.0).reshape(2, 2, 3), s),
+    ],
+)
+@pytest.mark.parametrize("value", VALUES, ids=VALUE_IDS)
+def test_scalar_tensor_matrix_products_match_dense(value, call):
+    """mm/matmul keep the dense shapes and dtype (an int value included); the sign of a zero
+    result may differ, as the dense sum adds the 0·x terms of the off-diagonal."""
+    s = ScalarTensor(3, value)
+    got, want = call(s), call(s.tensor())
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import numbers
+import operator
 from collections.abc import Callable
 
 import torch
 
 _HANDLED: dict[Callable, Callable] = {}
+_INT64 = (-(2**63), 2**63)
+
+
+class DimensionError(ValueError, IndexError):
+    """A dim out of range: a ValueError, and an IndexError like aten's (cf. numpy's AxisError)."""
 
 
 def _implements(*torch_fns: Callable) -> Callable:
@@ -25,8 +30,14 @@ class ScalarTensor:
     def __init__(self, N: int, value: float) -> None:
         if isinstance(N, bool) or not isinstance(N, int) or N < 1:
             raise ValueError(f"ScalarTensor: N must be a positive int, got {N!r}")
-        if isinstance(value, bool) or not isinstance(value, numbers.Number):
-            raise TypeError(f"ScalarTensor: value must be a number, got {type(value).__name__}")
+        # The dense twin is value * torch.eye(N): only Python numbers that torch can scale by.
+        if isinstance(value, bool) or not isinstance(value, (int, float, complex)):
+            raise TypeError(
+                f"ScalarTensor: value must be a Python int, float or complex, got "
+                f"{type(value).__name__}; convert it first, e.g. float(value)"
+            )
+        if isinstance(value, int) and not _INT64[0] <= value < _INT64[1]:
+            raise ValueError(f"ScalarTensor: int value {value:.3e} does not fit in int64")
         self._N = N
         self._value = value
 
@@ -35,12 +46,21 @@ class ScalarTensor:
         """(N, N), like the dense tensor."""
         return torch.Size((self._N, self._N))
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dense tensor's dtype: the default float dtype (complex for a complex value)."""
+        return self._entries().dtype
+
     def __repr__(self) -> str:
         return f"ScalarTensor(N={self._N}, value={self._value})"
 
     def tensor(self, dtype: torch.dtype | None = None, device=None) -> torch.Tensor:
         """The dense N×N tensor value · I."""
         return self._value * torch.eye(self._N, dtype=dtype, device=device)
+
+    def _entries(self) -> torch.Tensor:
+        """[diagonal, off-diagonal] entries of the dense tensor, rounded and signed like it."""
+        return self._value * torch.tensor([1.0, 0.0])
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -65,9 +85,19 @@ def _densify(obj):
     return obj
 
 
-def _check_same_n(op: str, a: ScalarTensor, b: ScalarTensor) -> None:
+def _check_same_n(fn: str, a: ScalarTensor, b: ScalarTensor) -> None:
     if a._N != b._N:
-        raise ValueError(f"torch.{op}: ScalarTensor sizes differ: N={a._N} and N={b._N}")
+        raise ValueError(f"{fn}: ScalarTensor sizes differ: N={a._N} and N={b._N}")
+
+
+def _dim(fn: str, name: str, dim: object) -> int:
+    """A dim of a 2-D tensor, negative dims counted from the end."""
+    d = operator.index(dim)  # torch's argument parser already refused non-ints
+    if not -2 <= d <= 1:
+        raise DimensionError(
+            f"{fn}: {name}={d} is out of range for a 2-D ScalarTensor; use 0, 1, -1 or -2"
+        )
+    return d % 2
 
 
 @_implements(torch.mean)
@@ -78,15 +108,25 @@ def _mean(input: ScalarTensor, *args, **kwargs):
 
 
 @_implements(torch.diagonal)
-def _diagonal(input: ScalarTensor, offset: int = 0, dim1: int = 0, dim2: int = 1):
-    n = max(input._N - abs(offset), 0)
-    return torch.full((n,), input._value if offset == 0 else 0.0)
+def _diagonal(input, offset=0, dim1=0, dim2=1, **kwargs):
+    if kwargs or not isinstance(input, ScalarTensor):
+        return NotImplemented
+    offset = operator.index(offset)
+    d1, d2 = _dim("torch.diagonal", "dim1", dim1), _dim("torch.diagonal", "dim2", dim2)
+    if d1 == d2:
+        raise ValueError(
+            f"torch.diagonal: dim1={dim1} and dim2={dim2} are the same dim of a 2-D ScalarTensor; "
+            "pass two different dims"
+        )
+    # value·I is symmetric, so swapping dim1 and dim2 gives the same diagonal.
+    entry = input._entries()[0 if offset == 0 else 1]
+    return entry.repeat(max(input._N - abs(offset), 0))
 
 
 @_implements(torch.add)
 def _add(input, other, *, alpha=1, out=None):
     if out is None and isinstance(input, ScalarTensor) and isinstance(other, ScalarTensor):
-        _check_same_n("add", input, other)
+        _check_same_n("torch.add", input, other)
         return ScalarTensor(input._N, input._value + alpha * other._value)
     return NotImplemented
 
@@ -96,36 +136,57 @@ def _mul(input, other, *, out=None):
     if out is not None:
         return NotImplemented
     if isinstance(input, ScalarTensor) and isinstance(other, ScalarTensor):
-        _check_same_n("mul", input, other)
+        _check_same_n("torch.mul", input, other)
         return ScalarTensor(input._N, input._value * other._value)
     s, o = (input, other) if isinstance(input, ScalarTensor) else (other, input)
-    if isinstance(o, numbers.Number) and not isinstance(o, bool):
+    if isinstance(o, (int, float, complex)) and not isinstance(o, bool):
         return ScalarTensor(s._N, s._value * o)
     if isinstance(o, torch.Tensor) and tuple(o.shape) == (s._N, s._N):
-        # Elementwise with value·I keeps only the diagonal of the dense operand.
-        return torch.diag_embed(o.diagonal() * s._value)
+        # Elementwise with value·I: the diagonal scaled, and 0·o off it (nan at inf/nan, ±0).
+        entries = s._entries().to(torch.promote_types(s.dtype, o.dtype))
+        o = o.to(entries.dtype)
+        result = o * entries[1]
+        result.diagonal().copy_(o.diagonal() * entries[0])
+        return result
     return NotImplemented
 
 
-@_implements(torch.mm, torch.matmul)
-def _matmul(input, other, *, out=None):
-    if out is not None:
-        return NotImplemented
+def _matrix_product(fn: str, input, other):
+    """input @ other for mm (2-D only) or matmul (1-D and batched too), one a ScalarTensor."""
     if isinstance(input, ScalarTensor) and isinstance(other, ScalarTensor):
-        _check_same_n("matmul", input, other)
+        _check_same_n(fn, input, other)
         return ScalarTensor(input._N, input._value * other._value)
-    if isinstance(input, ScalarTensor) and isinstance(other, torch.Tensor):
-        if other.dim() < 1 or other.shape[0 if other.dim() == 1 else -2] != input._N:
-            raise ValueError(
-                f"torch.matmul: ScalarTensor is {input._N}x{input._N} but the other operand has "
-                f"shape {tuple(other.shape)}"
-            )
-        return input._value * other
-    if isinstance(other, ScalarTensor) and isinstance(input, torch.Tensor):
-        if input.dim() < 1 or input.shape[-1] != other._N:
-            raise ValueError(
-                f"torch.matmul: ScalarTensor is {other._N}x{other._N} but the other operand has "
-                f"shape {tuple(input.shape)}"
-            )
-        return input * other._value
-    return NotImplemented
+    left = isinstance(input, ScalarTensor)
+    s, t = (input, other) if left else (other, input)
+    if not isinstance(t, torch.Tensor):
+        return NotImplemented  # the dense op raises its own TypeError
+    if fn == "torch.mm" and t.dim() != 2:
+        raise ValueError(
+            f"{fn}: both operands must be 2-D matrices, got a ScalarTensor and a {t.dim()}-D "
+            f"tensor of shape {tuple(t.shape)}; use torch.matmul for vectors and batches"
+        )
+    if t.dim() == 0:
+        raise ValueError(f"{fn}: both operands must be at least 1-D, got a 0-D tensor")
+    # ScalarTensor @ t contracts t's rows (dim 0 of a vector), t @ ScalarTensor its last dim.
+    inner = -1 if not left or t.dim() == 1 else -2
+    if t.shape[inner] != s._N:
+        raise ValueError(
+            f"{fn}: ScalarTensor is {s._N}x{s._N} but the other operand has shape "
+            f"{tuple(t.shape)}; its dim {inner} must have size {s._N}"
+        )
+    if t.dtype != s.dtype:
+        raise TypeError(
+            f"{fn}: ScalarTensor has dtype {s.dtype} but the other operand has {t.dtype}; "
+            f"cast it first, e.g. other.to({s.dtype})"
+        )
+    return t * s._entries()[0]
+
+
+@_implements(torch.mm)
+def _mm(input, mat2, *, out=None):
+    return NotImplemented if out is not None else _matrix_product("torch.mm", input, mat2)
+
+
+@_implements(torch.matmul)
+def _matmul(input, other, *, out=None):
+    return NotImplemented if out is not None else _matrix_product("torch.matmul", input, other)
