@@ -7,6 +7,7 @@ import torch
 IMPLS = ("custom", "builtin")
 # float8 types also report is_floating_point(), but aten has no arithmetic kernels for them.
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_STRIDED = torch.strided
 
 
 def check_impl(op: str, impl: str) -> None:
@@ -16,13 +17,19 @@ def check_impl(op: str, impl: str) -> None:
 
 
 def check_float_tensor(op: str, name: str, t: object) -> None:
-    """Raise TypeError unless `t` is a floating-point tensor."""
+    """Raise TypeError unless `t` is a dense (strided) floating-point tensor."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in FLOAT_DTYPES:
         raise TypeError(
             f"{op}: {name} must have a floating-point dtype (float16, bfloat16, float32, "
             f"float64), got {t.dtype}; convert it first, e.g. {name}.float()"
+        )
+    # The custom kernels index strided memory; sparse/mkldnn layouts would fail inside aten.
+    if t.layout is not _STRIDED:
+        raise TypeError(
+            f"{op}: {name} must be a dense (strided) tensor, got {t.layout}; "
+            f"call {name}.to_dense() first"
         )
 
 
