@@ -40,6 +40,9 @@ def main(cfg: DictConfig) -> float:
             cfg = resume_config(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices)
         # Checked before importing torch: a config error answers at once.
         validate(cfg)
+        from fitting import figure_process
+
+        figure_process.start()  # matplotlib loads in the drawing process while torch loads here
         from fitting.run import run
 
         loss = run(cfg, hydra_cfg.runtime.output_dir)

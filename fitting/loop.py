@@ -286,7 +286,7 @@ def make_closure(
 
 
 def _figure(task: Task, tb: TBLogger, step: int, out_dir: Path) -> Path:
-    """Make, log and save the task's figure of the fit at `step`."""
+    """Draw the task's figure of the fit at `step` into a PNG file and log it."""
     path = out_dir / f"fit_step{step:06d}.png"
     tb.figure("fit", task.figure(task.model, step), step, path)
     return path

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    from .figure_process import FigureDrawer
+    from .figures import FigureSpec
 
 
 # Scalars are queued in memory and written in bursts at least this often (and before any
@@ -36,9 +37,15 @@ class TBLogger:
     """A SummaryWriter on `log_dir`, closed (hence flushed) when the `with` block exits.
 
     `purge_step` (resuming a run): TensorBoard drops the events the run wrote at that step or
-    later before this writer, in its earlier event files."""
+    later before this writer, in its earlier event files. `drawer` draws the figures (default:
+    this process's, see fitting/figure_process.py)."""
 
-    def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: str | Path,
+        purge_step: int | None = None,
+        drawer: FigureDrawer | None = None,
+    ) -> None:
         # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
         from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter
@@ -51,6 +58,12 @@ class TBLogger:
         self._pending: list[tuple[int, float, dict[str, float]]] = []
         self._last_flush = time.monotonic()
         self._layout_written = False
+        if drawer is None:
+            from .figure_process import drawer as process_drawer
+
+            drawer = process_drawer()
+        self.drawer = drawer
+        self._figures: list[tuple[int, str, int]] = []  # (drawer's request id, tag, step)
 
     def __enter__(self) -> TBLogger:
         return self
@@ -71,7 +84,11 @@ class TBLogger:
             self.writer.close()
 
     def flush(self) -> None:
-        """Write the pending scalars and wait until every event is on disk."""
+        """Write the pending scalars and figures and wait until every event is on disk."""
+        self._write_pending(wait_figures=True)
+
+    def _write_pending(self, wait_figures: bool) -> None:
+        self._log_figures(wait=wait_figures)
         Summary = self._summary
         file_writer = self.writer.file_writer
         for step, wall_time, values in self._pending:
@@ -94,7 +111,7 @@ class TBLogger:
         # written as they come made poly3's logging cost ~2.5x its 2000 training steps.
         self._pending.append((step, time.time(), values))
         if time.monotonic() - self._last_flush > FLUSH_SECONDS:
-            self.flush()
+            self._write_pending(wait_figures=False)  # a figure still drawing waits its turn
 
     def histograms(self, step: int, named: list[tuple[str, torch.Tensor]]) -> None:
         """Histograms of each non-scalar parameter ('weights/<name>') and its gradient
@@ -107,25 +124,24 @@ class TBLogger:
             if p.grad is not None:
                 self.writer.add_histogram(f"grads/{name}", p.grad.detach().float().cpu(), step)
 
-    def figure(self, tag: str, fig: Figure, step: int, png_path: str | Path) -> None:
-        """Render `fig` once to PNG, save it as `png_path` and log it as image `tag` at `step`."""
-        import io
+    def figure(self, tag: str, spec: FigureSpec, step: int, png_path: str | Path) -> None:
+        """Draw `spec` into `png_path` (in the drawing process when there is one) and log the
+        PNG as image `tag` at `step` once drawn: at the latest on the next flush."""
+        self._figures.append((self.drawer.submit(spec, png_path), tag, step))
+        self._log_figures(wait=False)
 
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        self.flush()
-        canvas = FigureCanvasAgg(fig)
-        buffer = io.BytesIO()
-        canvas.print_png(buffer)
-        png = buffer.getvalue()
-        Path(png_path).write_bytes(png)
-        width, height = canvas.get_width_height()
-        # The PNG bytes go into the event as they are; add_image would render and encode again.
-        image = self._summary.Image(
-            height=height, width=width, colorspace=4, encoded_image_string=png
-        )
-        summary = self._summary(value=[self._summary.Value(tag=tag, image=image)])
-        self.writer.file_writer.add_summary(summary, step, time.time())
+    def _log_figures(self, wait: bool) -> None:
+        """Log the figures drawn so far (`wait`: all of them, waiting for the drawer)."""
+        while self._figures and (wait or self.drawer.ready(self._figures[0][0])):
+            request_id, tag, step = self._figures.pop(0)
+            drawn = self.drawer.result(request_id)
+            # The PNG bytes go into the event as they are; add_image would decode and encode.
+            image = self._summary.Image(
+                height=drawn.height, width=drawn.width, colorspace=4,
+                encoded_image_string=drawn.path.read_bytes(),
+            )
+            summary = self._summary(value=[self._summary.Value(tag=tag, image=image)])
+            self.writer.file_writer.add_summary(summary, step, time.time())
 
     def hparams(self, hparams: dict[str, Any], metrics: dict[str, float], step: int) -> None:
         """Log hparams and final metrics (as scalars at `step`) into this run itself.

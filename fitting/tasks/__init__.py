@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    from ..figures import FigureSpec
 
 
 class Task(Protocol):
@@ -33,8 +33,8 @@ class Task(Protocol):
     def validate(self, model: nn.Module) -> float:
         """The validation loss (same reduction as training), in eval mode and without grad."""
 
-    def figure(self, model: nn.Module, step: int) -> Figure:
-        """A matplotlib figure of the fit: target vs prediction."""
+    def figure(self, model: nn.Module, step: int) -> FigureSpec:
+        """The figure of the fit (target vs prediction) as data, drawn by fitting.figures."""
 
     def summary(self, model: nn.Module) -> dict[str, float]:
         """Final parameters/metrics, printed at the end and logged with the hparams."""

@@ -8,6 +8,7 @@ import torch
 
 from models.cnn import CurveCNN
 
+from ..figures import FigureSpec
 from .data import curve_values, param_scale, rasterize_curves, sample_curve_params, y_to_row
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -96,33 +97,25 @@ class CNNTask:
             model.train(training)
         return pred.double().cpu() * self.scale + self.mean
 
-    def figure(self, model: CurveCNN, step: int):
+    def figure(self, model: CurveCNN, step: int) -> FigureSpec:
         """Four validation images with their true and predicted curves, and predicted vs true
         (a, b, c, d) over the validation set."""
-        from matplotlib.figure import Figure
-
         images, _ = self.val_set
         pred = self.predicted_params(model, images)
         true = self.val_params
-        fig = Figure(figsize=(10.0, 5.2))
-        axes = fig.subplots(2, 4)
-        cols = torch.arange(self.image_size)
-        for i, ax in enumerate(axes[0]):
-            ax.imshow(images[i, 0].float().cpu().numpy(), cmap="gray", vmin=-0.3, vmax=1.3)
-            for params, style, label in ((true, "-", "true"), (pred, "--", "predicted")):
-                rows = y_to_row(curve_values(params[i : i + 1], self.image_size), self.image_size)
-                ax.plot(cols.numpy(), rows[0].numpy(), style, linewidth=1.2, label=label)
-            ax.set(xticks=[], yticks=[], ylim=(self.image_size - 0.5, -0.5))
-        axes[0][0].legend(loc="lower left", fontsize=7)
-        for j, ax in enumerate(axes[1]):
-            ax.scatter(true[:, j].numpy(), pred[:, j].numpy(), s=4, alpha=0.5)
-            lo, hi = float(true[:, j].min()), float(true[:, j].max())
-            ax.plot([lo, hi], [lo, hi], color="0.5", linewidth=1)
-            ax.set(xlabel=f"true {PARAM_NAMES[j]}", ylabel=f"predicted {PARAM_NAMES[j]}")
+        shown = 4
+
+        def rows(params: torch.Tensor) -> Any:
+            return y_to_row(curve_values(params[:shown], self.image_size), self.image_size).numpy()
+
         val = self.validate(model)
-        fig.suptitle(f"step {step}: validation MSE {val:.4g} (standardized a, b, c, d)")
-        fig.subplots_adjust(left=0.07, right=0.98, bottom=0.1, top=0.92, wspace=0.45, hspace=0.3)
-        return fig
+        return FigureSpec("curve_images", {
+            "images": images[:shown, 0].float().cpu().numpy(),
+            "cols": torch.arange(self.image_size).numpy(),
+            "true_rows": rows(true), "pred_rows": rows(pred),
+            "true": true.numpy(), "pred": pred.numpy(), "names": PARAM_NAMES,
+            "title": f"step {step}: validation MSE {val:.4g} (standardized a, b, c, d)",
+        })
 
     def _val_residuals(self, model: CurveCNN) -> torch.Tensor:
         """Residuals on the whole validation set, batch norm in eval mode, no graph."""

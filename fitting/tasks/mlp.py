@@ -8,6 +8,7 @@ import torch
 
 from models.mlp import MLP
 
+from ..figures import FigureSpec
 from .data import target_function
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -75,27 +76,20 @@ class MLPTask:
         sizes = [m.in_features for m in model if hasattr(m, "in_features")] + [1]
         return f"MLP {'-'.join(map(str, sizes))} fitting {self.target_name}(x)"
 
-    def figure(self, model: MLP, step: int):
+    def figure(self, model: MLP, step: int) -> FigureSpec:
         """Training points, the target and the prediction on the validation grid."""
-        from matplotlib.figure import Figure
-
         x, y = (t.squeeze(1).cpu().numpy() for t in self.data)
         xv, yv = self.val
         with torch.no_grad():
             pred = model(xv).squeeze(1).cpu().numpy()
         xv, yv = xv.squeeze(1).cpu().numpy(), yv.squeeze(1).cpu().numpy()
-        fig = Figure(figsize=(6.4, 4.0))
-        ax = fig.subplots()
-        if self.noise > 0:
-            ax.scatter(x, y, s=6, color="0.6", label="training points")
-        ax.plot(xv, yv, linewidth=2.5, color="0.7", label=f"target {self.target_name}(x)")
-        ax.plot(xv, pred, color="C1", label="prediction")
         val = float(((pred - yv) ** 2).mean())
-        title = f"step {step}: {self.describe(model)}, val MSE {val:.3g}"
-        ax.set(xlabel="x", ylabel="y", title=title)
-        ax.legend(loc="best")
-        ax.grid(alpha=0.3)
-        return fig
+        return FigureSpec("line_fit", {
+            "x": xv, "target": yv, "pred": pred,
+            "title": f"step {step}: {self.describe(model)}, val MSE {val:.3g}",
+            "target_label": f"target {self.target_name}(x)",
+            "points": (x, y) if self.noise > 0 else None, "color": "C1", "legend": "best",
+        })
 
 
 def _column(x: torch.Tensor, y: torch.Tensor, device: torch.device, dtype: torch.dtype) -> Batch:

@@ -9,6 +9,7 @@ import torch
 
 from models.poly3 import Poly3
 
+from ..figures import FigureSpec
 from ..poly3_optimum import exact_poly3_optimum
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -67,18 +68,12 @@ class Poly3Task:
         """The fitted formula, y = a + b * P3(c + d x) with the numbers."""
         return model.formula()
 
-    def figure(self, model: Poly3, step: int):
+    def figure(self, model: Poly3, step: int) -> FigureSpec:
         """sin(x) and the fit, the current formula in the title."""
-        from matplotlib.figure import Figure
-
         x, y = self.data
         with torch.no_grad():
             pred = model(x)
-        fig = Figure(figsize=(6.4, 4.0))
-        ax = fig.subplots()
-        ax.plot(x.cpu().numpy(), y.cpu().numpy(), label="target sin(x)", linewidth=2.5, color="0.7")
-        ax.plot(x.cpu().numpy(), pred.cpu().numpy(), label="prediction", color="C0")
-        ax.set(xlabel="x", ylabel="y", title=f"step {step}: {model.formula(digits=4)}")
-        ax.legend(loc="upper left")
-        ax.grid(alpha=0.3)
-        return fig
+        return FigureSpec("line_fit", {
+            "x": x.cpu().numpy(), "target": y.cpu().numpy(), "pred": pred.cpu().numpy(),
+            "title": f"step {step}: {model.formula(digits=4)}", "target_label": "target sin(x)",
+        })
