@@ -156,63 +156,36 @@ def _strided_weight_twin_check():
     torch.autograd.grad(F.conv2d(x, weight).sum(), leaf)
 
 
-@pytest.mark.xfail(
+_STRIDED_WEIGHT_XFAIL = pytest.mark.xfail(
     _upstream_bug(_strided_weight_twin_check),
     strict=True,
     raises=RuntimeError,
     reason=(
-        "fused_conv_bn2d's backward (both impls, both modes; F.conv2d's too: upstream aten CPU) "
-        "raises 'slow_conv2d: grad_weight must be contiguous' for a channels_last x and a conv "
-        "weight that is channels_last-contiguous with a non-canonical stride on a size-1 dim; "
-        "the op could hand the kernel weight.contiguous()"
+        "fused_conv_bn2d's backward (both impls in training, impl='builtin' in eval; F.conv2d's "
+        "too: upstream aten CPU) raises 'slow_conv2d: grad_weight must be contiguous' for a "
+        "channels_last x and a conv weight that is channels_last-contiguous with a "
+        "non-canonical stride on a size-1 dim; the op could hand the kernel weight.contiguous()"
     ),
 )
-@pytest.mark.parametrize("impl", ["custom", "builtin"])
-@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-def test_xfail_fused_conv_bn2d_backward_strided_weight(impl, training):
+
+
+@pytest.mark.parametrize(
+    "training, impl",
+    [
+        pytest.param(True, "custom", marks=_STRIDED_WEIGHT_XFAIL),
+        pytest.param(True, "builtin", marks=_STRIDED_WEIGHT_XFAIL),
+        # The custom eval path folds BN into a copy of the weight with canonical strides.
+        pytest.param(False, "custom"),
+        pytest.param(False, "builtin", marks=_STRIDED_WEIGHT_XFAIL),
+    ],
+    ids=["train-custom", "train-builtin", "eval-custom", "eval-builtin"],
+)
+def test_xfail_fused_conv_bn2d_backward_strided_weight(training, impl):
     x, leaf, weight = _strided_weight_case()
     stats = torch.zeros(1), torch.ones(1)
     out = fused_conv_bn2d(x, weight, None, None, *stats, training=training, impl=impl)
     (grad,) = torch.autograd.grad(out, leaf, torch.ones_like(out))
     assert grad.shape == leaf.shape
-
-
-def _folded_weight_case(dtype=torch.float64):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(3, 4, 1, 4, generator=g, dtype=dtype)
-    x = x.contiguous(memory_format=torch.channels_last)
-    w = torch.randn(4, 3, 2, 1, generator=g, dtype=dtype).permute(0, 2, 3, 1)  # (4, 2, 1, 3)
-    return x, w, {"stride": 2, "padding": (0, 2), "groups": 2}
-
-
-def _folded_weight_twin_check():
-    # What the custom eval path does: a conv with weight·scale, differentiated for the scale.
-    x, w, conv = _folded_weight_case()
-    scale = torch.ones(4, dtype=x.dtype, requires_grad=True)
-    y = F.conv2d(x, w * scale.view(-1, 1, 1, 1), None, conv["stride"], conv["padding"], 1, 2)
-    torch.autograd.grad(y.sum(), scale)
-
-
-@pytest.mark.xfail(
-    _upstream_bug(_folded_weight_twin_check),
-    strict=True,
-    raises=RuntimeError,
-    reason=(
-        "fused_conv_bn2d custom eval mode: the gradient for bn_weight goes through the conv "
-        "with the folded weight·scale, which keeps a strided weight's layout, and aten's CPU "
-        "conv backward refuses it ('slow_conv2d: grad_weight must be contiguous') for a "
-        "channels_last x - while impl='builtin' runs; the op could fold into weight.contiguous()"
-    ),
-)
-def test_xfail_fused_conv_bn2d_custom_eval_strided_weight():
-    x, w, conv = _folded_weight_case()
-    gamma = torch.randn(4, dtype=x.dtype, requires_grad=True)
-    stats = torch.zeros(4, dtype=x.dtype), torch.ones(4, dtype=x.dtype)
-    want = torch.autograd.grad(
-        fused_conv_bn2d(x, w, gamma, None, *stats, **conv, impl="builtin").sum(), gamma
-    )
-    got = torch.autograd.grad(fused_conv_bn2d(x, w, gamma, None, *stats, **conv).sum(), gamma)
-    torch.testing.assert_close(got, want)
 
 
 def _bf16_depthwise_case():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import event, given
 from hypothesis import strategies as st
 from property_checks import (
@@ -72,14 +73,17 @@ def conv_call(draw, device, dtype, structure=True):
     """
     training = draw(st.booleans(), label="training")
     groups = draw(st.integers(1, 3), label="groups")
-    # KNOWN BUG (xfail below): training on an empty input (N = 0 or C_in = 0) crashes the
-    # custom op, so those sizes are drawn only in eval mode.
-    n = draw(st.integers(0 if not training else 1, 3), label="N")
-    cin_g = draw(st.integers(0 if not training else 1, 2), label="C_in/groups")
-    cout_g = draw(st.integers(1, 2), label="C_out/groups")  # KNOWN BUG: C_out = 0 (xfail)
-    kh = draw(st.integers(1, 3), label="kH")  # KNOWN BUG: a 0-size kernel
+    n = draw(st.integers(0, 3), label="N")
+    cin_g = draw(st.integers(0, 2), label="C_in/groups")
+    cout_g = draw(st.integers(1, 2), label="C_out/groups")
+    kh = draw(st.integers(1, 3), label="kH")
     kw = draw(st.integers(1, 3), label="kW")
     if structure:
+        # Now and then an empty weight: 0 out_channels or a 0-size kernel.
+        empty = draw(st.sampled_from(["none"] * 12 + ["C_out", "kH", "kW"]), label="empty")
+        cout_g = 0 if empty == "C_out" else cout_g
+        kh = 0 if empty == "kH" else kh
+        kw = 0 if empty == "kW" else kw
         side = st.one_of(st.integers(3, 7), st.integers(0, 7))  # mostly big enough
         h, w = draw(side, label="H"), draw(side, label="W")
         stride = draw(st.one_of(st.just(1), int_or_pair(1, 2)), label="stride")
@@ -87,8 +91,6 @@ def conv_call(draw, device, dtype, structure=True):
         padding = draw(
             st.one_of(int_or_pair(0, 2), st.sampled_from(["valid", "same"])), label="padding"
         )
-        if (h == 0 or w == 0) and not isinstance(padding, str):
-            padding = 0  # KNOWN BUG: a 0-size input padded to a valid size raises aten's error
         mismatch = draw(st.sampled_from(["none"] * 10 + ["w_in", "c_out"]), label="mismatch")
     else:
         stride, dilation, mismatch = 1, 1, "none"
@@ -153,15 +155,11 @@ def check_conv_parity(draw, call, options, dtype, what, custom, builtin, stats_c
     if not backward_b.ok:
         # KNOWN BUG (upstream, xfail in test_conv_bn_upstream_bugs.py): aten's CPU conv backward refuses some strided
         # weights ("slow_conv2d: grad_weight must be contiguous") - the twin itself fails.
-        # The custom may fail the same way, never differently.
+        # The custom may fail the same way (in training; its eval fold has canonical strides),
+        # never differently.
         event(f"twin backward raised {type(backward_b.error).__name__}")
         assert backward_c.ok or type(backward_c.error) is type(backward_b.error), backward_c
         grads_c = grads_b = []
-    elif not backward_c.ok and "grad_weight must be contiguous" in str(backward_c.error):
-        # KNOWN BUG (xfail in test_conv_bn_upstream_bugs.py): the same refusal, hit by the custom eval path alone (its
-        # folded weight keeps the strided weight's layout).
-        event("skipped: KNOWN BUG custom eval backward, strided weight")
-        return
     else:
         assert backward_c.ok, f"{what} backward failed where its twin's ran: {backward_c.error!r}"
         grads_c, grads_b = backward_c.value, backward_b.value
@@ -217,6 +215,12 @@ def test_fused_conv_bn2d_matches_builtin_or_raises_clearly(data):
         # Deliberately stricter than the twin, which lets an empty input through.
         assert_same_error(custom, builtin, OP, kind=ValueError)
         return
+    if 0 in call["weight"].tensor.shape[2:]:
+        # Deliberately stricter than the twin, which lets a 0-size kernel through on an input
+        # without channels (a 0-channel output whose size counts the kernel as -1 wide).
+        event("empty kernel: twin " + ("ran" if raw.ok else "raised"))
+        assert_same_error(custom, builtin, OP, kind=ValueError)
+        return
     if not raw.ok:
         assert_same_error(custom, builtin, OP)
         return
@@ -267,8 +271,9 @@ def test_fused_conv_bn2d_bad_arguments_raise_clearly(data):
     tensors_ = {k: t(a) for k, a in call.items()}
 
     def redraw(name, shape=None, dtype_=dtype, device_=device):
-        old = tensors_[name] if tensors_[name] is not None else tensors_["weight"][:, 0, 0, 0]
-        shape = tuple(old.shape) if shape is None else shape
+        if shape is None:  # the old shape, or (C_out,) for a missing per-channel tensor
+            old = tensors_[name]
+            shape = tuple(old.shape) if old is not None else tuple(tensors_["weight"].shape[:1])
         return draw(tensors(shape, dtype_, device_), label=name).tensor
 
     if case in ("non_float", "dtype_mix", "device_mix", "non_tensor"):
@@ -324,51 +329,53 @@ def test_fused_conv_bn2d_bad_arguments_raise_clearly(data):
     assert_same_error(custom, builtin, OP, kind=CONV_BAD[case])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason=(
-        "fused_conv_bn2d training mode on an empty input (N=0 or C_in=0): the custom op's "
-        "torch.native_batch_norm raises 'input tensor must have at least one element' while "
-        "F.batch_norm (the twin, and nn.BatchNorm2d) returns the empty output"
-    ),
-)
 @pytest.mark.parametrize(
-    "x_shape, w_shape",
-    [((0, 3, 5, 5), (4, 3, 3, 3)), ((2, 0, 5, 5), (4, 0, 3, 3))],
-    ids=["N=0", "C_in=0"],
+    "x_shape, w_shape, padding",
+    [
+        ((0, 3, 5, 5), (4, 3, 3, 3), 0),
+        ((2, 0, 5, 5), (4, 0, 3, 3), 0),
+        ((0, 3, 0, 5), (4, 3, 1, 1), 1),
+    ],
+    ids=["N=0", "C_in=0", "N=0-H=0-padded"],
 )
-def test_xfail_fused_conv_bn2d_training_on_empty_input(x_shape, w_shape):
-    x, w = torch.randn(x_shape), torch.randn(w_shape)
-    expected = fused_conv_bn2d(x, w, training=True, impl="builtin")
-    torch.testing.assert_close(fused_conv_bn2d(x, w, training=True), expected)
+def test_fused_conv_bn2d_training_on_empty_input_matches_builtin(x_shape, w_shape, padding):
+    """Like F.batch_norm: an empty output, running stats left alone, zero gradients."""
+    x = torch.randn(x_shape)
+    w, gamma, beta = torch.randn(w_shape), torch.randn(4), torch.randn(4)
+    results = []
+    for impl in ("custom", "builtin"):
+        leaves = [t.clone().requires_grad_() for t in (w, gamma, beta)]
+        stats = torch.randn(4), torch.rand(4) + 0.5
+        before = [s.clone() for s in stats]
+        out = fused_conv_bn2d(x, *leaves, *stats, training=True, padding=padding, impl=impl)
+        assert out.numel() == 0
+        for s, b in zip(stats, before, strict=True):
+            torch.testing.assert_close(s, b, rtol=0, atol=0)
+        results.append([out, *torch.autograd.grad(out.sum(), leaves, allow_unused=True)])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason=(
-        "fused_conv_bn2d's validation lets through a 0-size kernel, 0 out_channels and a 0-size "
-        "input that padding makes large enough; both impls then raise aten's RuntimeError "
-        "(oneDNN 'could not create a primitive descriptor', 'expected weight to be at least 1 at "
-        "dimension 0', 'Only zero batch or zero channel inputs are supported')"
-    ),
-)
 @pytest.mark.parametrize(
     "x_shape, w_shape, padding",
     [
         ((2, 3, 5, 5), (4, 3, 0, 3), 0),
+        ((0, 3, 5, 5), (4, 3, 3, 0), 0),
         ((2, 3, 5, 5), (0, 3, 3, 3), 0),
         ((2, 3, 0, 5), (4, 3, 1, 1), 1),
+        ((2, 3, 5, 0), (4, 3, 1, 1), "valid"),
     ],
-    ids=["kernel-0", "C_out=0", "H=0-padded"],
+    ids=["kernel-0", "N=0-kernel-0", "C_out=0", "H=0-padded", "W=0"],
 )
-def test_xfail_fused_conv_bn2d_zero_sizes_rejected_clearly(x_shape, w_shape, padding):
+def test_fused_conv_bn2d_zero_sizes_rejected_clearly(x_shape, w_shape, padding):
+    """Where aten's conv fails on a 0 size (F.conv2d does), both impls raise a clear error."""
     x, w = torch.randn(x_shape), torch.randn(w_shape)
     c = w_shape[0]
+    with pytest.raises((RuntimeError, IndexError)):  # aten's own errors
+        F.conv2d(x, w, None, 1, padding)
     for training in (True, False):
         for impl in ("custom", "builtin"):
-            with pytest.raises(ValueError, match=f"^{OP}: "):
+            with pytest.raises(ValueError, match=f"^{OP}: .*(empty|smaller than)"):
                 fused_conv_bn2d(
                     x,
                     w,
@@ -378,3 +385,28 @@ def test_xfail_fused_conv_bn2d_zero_sizes_rejected_clearly(x_shape, w_shape, pad
                     padding=padding,
                     impl=impl,
                 )
+
+
+def _folded_weight_case(dtype=torch.float64):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 1, 4, generator=g, dtype=dtype)
+    x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(4, 3, 2, 1, generator=g, dtype=dtype).permute(0, 2, 3, 1)  # (4, 2, 1, 3)
+    return x, w, {"stride": 2, "padding": (0, 2), "groups": 2}
+
+
+def test_fused_conv_bn2d_custom_eval_strided_weight():
+    """The eval fold hands aten's conv a weight with canonical strides: a channels_last x and
+    a strided weight (strides (6, 1, 1, 2)) no longer hit 'slow_conv2d: grad_weight must be
+    contiguous' in backward, and output, gradients and layout match impl='builtin'."""
+    x, w, conv = _folded_weight_case()
+    gamma = torch.randn(4, dtype=x.dtype, requires_grad=True)
+    stats = torch.zeros(4, dtype=x.dtype), torch.ones(4, dtype=x.dtype)
+    outs = {}
+    for impl in ("custom", "builtin"):
+        out = fused_conv_bn2d(x, w, gamma, None, *stats, **conv, impl=impl)
+        outs[impl] = out, torch.autograd.grad(out.sum(), gamma)
+    (got, got_grad), (want, want_grad) = outs["custom"], outs["builtin"]
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grad, want_grad)
+    assert got.stride() == want.stride()

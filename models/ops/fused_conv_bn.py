@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch._prims_common import suggest_memory_format
 
-from ._checks import check_float_tensor, check_impl, check_same_dtype_device
+from ._checks import check_impl
 from ._function import Function
-
-OP = "fused_conv_bn2d"
+from .conv_bn_checks import OP, check_conv_bn, check_pair
 
 
 class FusedConvBN2dFunction(Function):
@@ -100,13 +100,18 @@ def fused_conv_bn2d(
     impl: str = "custom",
 ) -> torch.Tensor:
     """batch_norm(conv2d(x, weight), ...) with F.conv2d/F.batch_norm's arguments and semantics."""
-    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    stride = check_pair(OP, stride, "stride", 1)
+    dilation = check_pair(OP, dilation, "dilation", 1)
     bn = (bn_weight, bn_bias, running_mean, running_var)
-    pad, extra = _check(x, weight, bn, training, momentum, eps, stride, padding, dilation, groups)
-    if impl == "builtin":
+    pad, extra = check_conv_bn(
+        x, weight, bn, training, momentum, eps, stride, padding, dilation, groups
+    )
+    check_impl(OP, impl)
+    if impl == "builtin" or (training and not (x.shape[0] and x.shape[1])):
+        # An empty conv output (N = 0, or C_in = 0, which aten maps to 0 output channels):
+        # native_batch_norm refuses it, F.batch_norm returns it empty and keeps the stats.
         conv = (stride, padding, dilation, groups)
         return fused_conv_bn2d_builtin(x, weight, *bn, training, momentum, eps, *conv)
-    check_impl(OP, impl)
     if extra != (0, 0):
         # padding='same' with an even dilated kernel: pad the far side, as aten does.
         x = F.pad(x, (0, extra[1], 0, extra[0]))
@@ -131,107 +136,21 @@ def _conv_bn_eval(
     shift = -running_mean * scale
     if bn_bias is not None:
         shift = shift + bn_bias
-    return F.conv2d(x, weight * scale.view(-1, 1, 1, 1), shift, stride, padding, dilation, groups)
+    folded = weight * scale.view(-1, 1, 1, 1)
+    if not folded.is_contiguous():
+        folded = _canonical_strides(folded, suggest_memory_format(weight))
+    return F.conv2d(x, folded, shift, stride, padding, dilation, groups)
 
 
-def _pair(value, name: str, minimum: int) -> tuple[int, int]:
-    """(v, v) from an int, or the 2-tuple itself, each checked to be an int ≥ minimum."""
-    pair = (value, value) if isinstance(value, int) else value
-    pair = tuple(pair) if isinstance(pair, (tuple, list, torch.Size)) else None
-    if (
-        pair is None
-        or len(pair) != 2
-        or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in pair)
-    ):
-        raise ValueError(
-            f"{OP}: {name} must be an int ≥ {minimum} or a pair of them, got {value!r}"
-        )
-    return pair
-
-
-def _padding(padding, weight: torch.Tensor, stride, dilation):
-    """Symmetric padding per dim and the extra far-side padding 'same' may need."""
-    if not isinstance(padding, str):
-        return _pair(padding, "padding", 0), (0, 0)
-    if padding == "valid":
-        return (0, 0), (0, 0)
-    if padding != "same":
-        raise ValueError(
-            f"{OP}: padding must be an int, a pair, 'valid' or 'same', got {padding!r}"
-        )
-    if stride != (1, 1):
-        raise ValueError(
-            f"{OP}: padding='same' is not supported for strided convolutions, got stride={stride}"
-        )
-    total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:], strict=True)]
-    return tuple(t // 2 for t in total), tuple(t % 2 for t in total)
-
-
-def _check(x, weight, bn, training, momentum, eps, stride, padding, dilation, groups):
-    """Validate like nn.Conv2d + nn.BatchNorm2d, with errors naming the op; return padding."""
-    check_float_tensor(OP, "x", x)
-    check_float_tensor(OP, "weight", weight)
-    named = dict(zip(("bn_weight", "bn_bias", "running_mean", "running_var"), bn, strict=True))
-    for name, t in named.items():
-        if t is not None:
-            check_float_tensor(OP, name, t)
-    check_same_dtype_device(OP, "x", x, weight=weight, **named)
-    if x.dim() != 4:
-        raise ValueError(
-            f"{OP}: expected 4-D input (N, C, H, W), got {x.dim()}-D input "
-            f"of shape {tuple(x.shape)}"
-        )
-    if weight.dim() != 4:
-        raise ValueError(
-            f"{OP}: weight must be 4-D (out_channels, in_channels/groups, kH, kW), "
-            f"got shape {tuple(weight.shape)}"
-        )
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"{OP}: groups must be a positive int, got {groups!r}")
-    c_in, c_out = x.shape[1], weight.shape[0]
-    if c_in % groups:
-        raise ValueError(f"{OP}: input channels ({c_in}) are not divisible by groups={groups}")
-    if c_out % groups:
-        raise ValueError(
-            f"{OP}: weight's out_channels ({c_out}) are not divisible by groups={groups}"
-        )
-    if c_in != weight.shape[1] * groups:
-        raise ValueError(
-            f"{OP}: channel mismatch: input has {c_in} channels but weight of shape "
-            f"{tuple(weight.shape)} with groups={groups} expects "
-            f"{weight.shape[1] * groups}"
-        )
-    for name, t in named.items():
-        if t is not None and tuple(t.shape) != (c_out,):
-            raise ValueError(
-                f"{OP}: {name} must have shape ({c_out},) to match weight's "
-                f"out_channels, got {tuple(t.shape)}"
-            )
-    if (named["running_mean"] is None) != (named["running_var"] is None):
-        raise ValueError(f"{OP}: pass both running_mean and running_var, or neither")
-    if not training and named["running_mean"] is None:
-        raise ValueError(f"{OP}: training=False needs running_mean and running_var")
-    for name, value in (("momentum", momentum), ("eps", eps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(
-                f"{OP}: {name} must be a float, got {value!r}"
-                + ("; the module handles momentum=None" if value is None else "")
-            )
-    pad, extra = _padding(padding, weight, stride, dilation)
-    out_hw = [
-        (size + 2 * p + e - d * (k - 1) - 1) // s + 1
-        for size, p, e, d, k, s in zip(
-            x.shape[2:], pad, extra, dilation, weight.shape[2:], stride, strict=True
-        )
-    ]
-    if min(out_hw) < 1:
-        raise ValueError(
-            f"{OP}: input of spatial size {tuple(x.shape[2:])} (padded by {pad}) "
-            f"is smaller than the dilated kernel of weight {tuple(weight.shape)}"
-        )
-    if training and x.shape[0] * out_hw[0] * out_hw[1] == 1:
-        raise ValueError(
-            f"{OP}: expected more than 1 value per channel when training, got a "
-            f"conv output of shape {(x.shape[0], c_out, *out_hw)}"
-        )
-    return pad, extra
+def _canonical_strides(w: torch.Tensor, memory_format: torch.memory_format) -> torch.Tensor:
+    """`w`, copied unless it already has the exact strides of `memory_format`."""
+    # aten's CPU conv backward refuses to compute the gradient of some strided weights ("slow_
+    # conv2d: grad_weight must be contiguous"); the fold needs it whenever BN's weight or the
+    # conv weight requires grad. The format is the one aten's conv picks for the caller's
+    # weight, so the output's layout stays the twin's.
+    _, c, h, k = w.shape
+    if memory_format == torch.channels_last:
+        canonical = (h * k * c, 1, k * c, c)
+    else:
+        canonical = (c * h * k, h * k, k, 1)
+    return w if w.stride() == canonical else w.clone(memory_format=memory_format)
