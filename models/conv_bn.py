@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from .ops._checks import check_impl
+from .ops.conv_bn_checks import check_padding, check_pair, check_param_dtype
 from .ops.fused_conv_bn import fused_conv_bn2d
 
 NAME = "FusedConvBN2d"
@@ -48,6 +49,13 @@ class FusedConvBN2d(nn.Module):
         for name, value in (("in_channels", in_channels), ("out_channels", out_channels)):
             if value % groups:
                 raise ValueError(f"{NAME}: {name}={value} is not divisible by groups={groups}")
+        # nn.Conv2d takes sizes < 1, non-ints and 'same' with a stride, and fails later (if at
+        # all) with messages that don't name this class.
+        kernel_size = check_pair(NAME, kernel_size, "kernel_size", 1)
+        stride = check_pair(NAME, stride, "stride", 1)
+        dilation = check_pair(NAME, dilation, "dilation", 1)
+        padding = check_padding(NAME, padding, stride)
+        check_param_dtype(NAME, dtype)
         factory = {"device": device, "dtype": dtype}
         conv = nn.Conv2d(
             in_channels,

@@ -10,6 +10,7 @@ from torch import nn
 from .conv_bn import FusedConvBN2d, fuse_conv_bn, unfuse_conv_bn  # noqa: F401
 from .ops import linear, relu
 from .ops._checks import check_impl
+from .ops.conv_bn_checks import check_param_dtype
 
 
 class Linear(nn.Module):
@@ -29,6 +30,7 @@ class Linear(nn.Module):
         for name, value in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Linear: {name} must be a positive int, got {value!r}")
+        check_param_dtype("Linear", dtype)
         self.in_features = in_features
         self.out_features = out_features
         self.impl = impl

@@ -283,6 +283,20 @@ def test_double_backward_through_the_module():
     torch.testing.assert_close(results[0], results[1], rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("impl", ["custom", "builtin"])
+def test_training_on_an_empty_batch_matches_the_pair(impl):
+    """Like nn.BatchNorm2d: an empty output, running stats kept, the batch counted."""
+    fused = FusedConvBN2d(3, 4, 3, padding=1, impl=impl).train()
+    ref = pair_like(fused)
+    x = torch.randn(0, 3, 5, 5)
+    out, want = fused(x), ref(x)
+    assert out.shape == want.shape == (0, 4, 5, 5)
+    for a, b in zip(fused.state_dict().values(), ref.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert int(fused.bn.num_batches_tracked) == 1
+    assert torch.equal(fused.bn.running_mean, torch.zeros(4))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
@@ -294,6 +308,17 @@ def test_double_backward_through_the_module():
         ),
         ({"in_channels": 0}, ValueError, "FusedConvBN2d: in_channels must be a positive int"),
         ({"impl": "fast"}, ValueError, "FusedConvBN2d: impl must be one of ('custom', 'builtin')"),
+        (
+            {"kernel_size": 0},
+            ValueError,
+            "FusedConvBN2d: kernel_size must be an int ≥ 1 or a pair of them, got 0",
+        ),
+        (
+            {"dtype": torch.int64},
+            TypeError,
+            "FusedConvBN2d: dtype must be a floating-point dtype (float16, bfloat16, float32, "
+            "float64) or None for the default, got torch.int64",
+        ),
     ],
 )
 def test_constructor_errors(kwargs, error, message):

@@ -60,3 +60,11 @@ def test_mlp_of_layers_trains_like_nn(impl):
         ((model(x) - torch.sin(x)) ** 2).mean().backward()
     for (n, p), (_, q) in zip(ours.named_parameters(), ref.named_parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, msg=n)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64, torch.float8_e4m3fn])
+def test_linear_rejects_non_float_dtype(dtype):
+    with pytest.raises(
+        TypeError, match=f"^Linear: dtype must be a floating-point dtype .* {dtype}"
+    ):
+        Linear(3, 4, dtype=dtype)

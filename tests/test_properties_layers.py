@@ -9,6 +9,8 @@ tests/property_checks.py for the shared settings.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -55,8 +57,9 @@ pytestmark = [
 # =============================================================================================
 
 BAD_SIZES = [0, -1, True, 2.0, None, "3"]
-# KNOWN BUG (xfail below): non-float dtypes make the constructors raise aten's RuntimeError.
-LAYER_DTYPES = st.sampled_from([None, *FLOATS])
+# The parameters' dtype: None (the default), a float dtype, or now and then a non-float one
+# (or no dtype at all), which the constructors refuse.
+LAYER_DTYPES = mostly(st.sampled_from([None, *FLOATS]), st.sampled_from([*NON_FLOATS, "float32"]))
 
 
 def impls():
@@ -142,6 +145,7 @@ def _linear_layer_matches_nn_linear_or_raises_clearly(draw):
     ours = made.value
     assert isinstance(in_f, int) and in_f > 0 and isinstance(out_f, int) and out_f > 0
     assert impl in ("custom", "builtin")
+    assert dtype is None or dtype in FLOATS
     twin = nn.Linear(in_f, out_f, bias=bool(bias), device=device, dtype=dtype)
     twin.load_state_dict(ours.state_dict())
     dtype = ours.weight.dtype
@@ -184,7 +188,7 @@ def conv_layer_args(draw):
     kw = {
         "in_channels": groups * draw(st.integers(1, 2)),
         "out_channels": groups * draw(st.integers(1, 2)),
-        "kernel_size": draw(int_or_pair(1, 3)),  # KNOWN BUG: sizes ≤ 0, non-ints
+        "kernel_size": draw(int_or_pair(1, 3)),
         "stride": draw(int_or_pair(1, 2)),
         "padding": draw(st.one_of(int_or_pair(0, 2), st.just("valid"))),
         "dilation": draw(int_or_pair(1, 2)),
@@ -196,7 +200,7 @@ def conv_layer_args(draw):
         "impl": draw(st.sampled_from(["custom", "builtin"])),
         "dtype": draw(LAYER_DTYPES),
     }
-    if draw(st.booleans()):  # 'same' is only for stride 1 (KNOWN BUG: else nn.Conv2d's error)
+    if draw(st.booleans()):  # 'same' is only for stride 1 (else the "same_strided" case)
         kw.update(padding="same", stride=1)
     bad = draw(
         st.sampled_from(
@@ -207,8 +211,10 @@ def conv_layer_args(draw):
                 "groups",
                 "impl",
                 "indivisible",
+                "kernel_size",
                 "stride",
                 "padding",
+                "same_strided",
                 "dilation",
                 "momentum",
             ]
@@ -220,12 +226,14 @@ def conv_layer_args(draw):
         kw["impl"] = draw(BAD_IMPLS)
     elif bad == "indivisible":
         kw.update(groups=2, in_channels=draw(st.sampled_from([1, 3, 2])), out_channels=3)
-    elif bad in ("stride", "dilation"):  # nn.Conv2d takes these; the forward refuses them
-        kw[bad] = draw(st.sampled_from([0, -1, (1, 0)]))
-        if bad == "stride" and kw["padding"] == "same":
-            kw["padding"] = 0  # KNOWN BUG: nn.Conv2d's own error for 'same' with a stride
+    elif bad == "kernel_size":
+        kw[bad] = draw(st.sampled_from([0, -1, (0, 3), (3, -1), (3,), (3, 3, 3), "3", 2.0, None]))
+    elif bad in ("stride", "dilation"):  # nn.Conv2d takes these (and fails later, if at all)
+        kw[bad] = draw(st.sampled_from([0, -1, (1, 0), (1,), 1.0, "1", True]))
     elif bad == "padding":
-        kw["padding"], kw["stride"] = draw(st.sampled_from([-1, (0, -2)])), 1
+        kw["padding"] = draw(st.sampled_from([-1, (0, -2), (1, 1, 1), 1.5, "full", "SAME", None]))
+    elif bad == "same_strided":
+        kw.update(padding="same", stride=draw(st.sampled_from([2, (1, 2), (2, 1)])))
     elif bad == "momentum":
         kw["momentum"] = draw(st.sampled_from(["0.1", [0.1]]))
     kw["bad"] = bad
@@ -276,26 +284,22 @@ def _fused_conv_bn_layer_matches_nn_pair_or_raises_clearly(draw):
     if not made.ok:
         assert_clear_error(made.error, "FusedConvBN2d")
         return
+    # Refused by the constructor, though nn.Conv2d takes some of them.
+    assert bad not in ("kernel_size", "stride", "dilation", "padding", "same_strided")
+    assert kw["dtype"] is None or kw["dtype"] in FLOATS
     ours = made.value
     twin = pair_like(ours, kw)
     train = draw(st.booleans(), label="train")
     ours.train(train), twin.train(train)
     dtype = ours.conv.weight.dtype
     batch_stats = train or not kw["track_running_stats"]
-    # KNOWN BUG (xfail below): batch statistics of an empty input crash the custom op.
-    n = draw(st.integers(1 if batch_stats else 0, 3), label="N")
+    n = draw(st.integers(0, 3), label="N")
     side = st.one_of(st.integers(4, 7), st.integers(1, 7))
     hw = draw(side, label="H"), draw(side, label="W")
     x = layer_input(draw, device, dtype, (n, kw["in_channels"], *hw))
-    if kw["impl"] == "custom" and batch_stats and x.tensor.numel() == 0:
-        return  # KNOWN BUG, as above (the drawn input was swapped for another shape)
-    pad = kw["padding"]
-    padded = not isinstance(pad, str) and any((pad, pad) if isinstance(pad, int) else pad)
-    if x.tensor.dim() == 4 and 0 in x.tensor.shape[2:] and padded:
-        return  # KNOWN BUG (xfail below): a 0-size input that padding makes large enough
-    if bad in ("stride", "dilation", "padding", "momentum"):
-        # Accepted by nn.Conv2d/nn.BatchNorm2d, refused by the forward - also where the twin
-        # lets an empty input through.
+    if bad == "momentum":
+        # Accepted by nn.BatchNorm2d, refused by the forward - also where the twin lets an
+        # empty input through.
         assert_clear_error(Outcome(ours, x.tensor).error, "FusedConvBN2d", OP)
         return
 
@@ -316,53 +320,53 @@ def _fused_conv_bn_layer_matches_nn_pair_or_raises_clearly(draw):
             return
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason=(
-        "Linear/FusedConvBN2d(dtype=<int/bool>) raise aten's RuntimeError 'Only Tensors of "
-        "floating point and complex dtype can require gradients' (from nn.Parameter / nn.Conv2d) "
-        "instead of a clear error naming the class"
-    ),
-)
 @pytest.mark.parametrize(
-    "make",
+    "make, dtype",
     [
-        lambda: Linear(3, 4, dtype=torch.int64),
-        lambda: FusedConvBN2d(3, 4, 3, dtype=torch.int32),
+        (lambda: Linear(3, 4, dtype=torch.int64), "torch.int64"),
+        (lambda: Linear(3, 4, dtype=torch.complex64), "torch.complex64"),
+        (lambda: FusedConvBN2d(3, 4, 3, dtype=torch.int32), "torch.int32"),
+        (lambda: FusedConvBN2d(3, 4, 3, dtype=torch.bool), "torch.bool"),
+        (lambda: FusedConvBN2d(3, 4, 3, dtype="float32"), "'float32'"),
     ],
-    ids=["Linear", "FusedConvBN2d"],
+    ids=["Linear-int64", "Linear-complex64", "FusedConvBN2d-int32", "FusedConvBN2d-bool", "str"],
 )
-def test_xfail_layers_reject_integer_dtype_clearly(make):
-    with pytest.raises((ValueError, TypeError), match=r"^(Linear|FusedConvBN2d): "):
+def test_layers_reject_non_float_dtype_clearly(make, dtype):
+    """Not aten's 'Only Tensors of floating point ... can require gradients'."""
+    with pytest.raises(
+        TypeError,
+        match=rf"^(Linear|FusedConvBN2d): dtype must be a floating-point dtype .* got {dtype}",
+    ):
         make()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "FusedConvBN2d leaves these constructor arguments to nn.Conv2d, whose errors don't name "
-        "the class (ValueError 'Invalid padding string', ValueError \"padding='same' is not "
-        "supported for strided convolutions\", TypeError from torch.empty, RuntimeError 'negative "
-        "dimension') or accepts kernel_size=0, which fails in forward with aten's RuntimeError"
-    ),
-)
 @pytest.mark.parametrize(
-    "kwargs",
+    "kwargs, message",
     [
-        {"padding": "full"},
-        {"padding": "same", "stride": 2},
-        {"kernel_size": -1},
-        {"kernel_size": "3"},
-        {"kernel_size": 0},
+        ({"padding": "full"}, "padding must be an int, a pair, 'valid' or 'same', got 'full'"),
+        ({"padding": "same", "stride": 2}, "padding='same' is not supported for strided"),
+        ({"padding": -1}, "padding must be an int ≥ 0 or a pair of them, got -1"),
+        ({"kernel_size": -1}, "kernel_size must be an int ≥ 1 or a pair of them, got -1"),
+        ({"kernel_size": "3"}, "kernel_size must be an int ≥ 1 or a pair of them, got '3'"),
+        ({"kernel_size": 0}, "kernel_size must be an int ≥ 1 or a pair of them, got 0"),
+        ({"kernel_size": (3, 0)}, "kernel_size must be an int ≥ 1 or a pair of them, got (3, 0)"),
+        ({"stride": 0}, "stride must be an int ≥ 1 or a pair of them, got 0"),
+        ({"dilation": (1, 0)}, "dilation must be an int ≥ 1 or a pair of them, got (1, 0)"),
     ],
-    ids=["padding-string", "same-strided", "kernel-negative", "kernel-str", "kernel-0"],
+    ids=[
+        "padding-string",
+        "same-strided",
+        "padding-negative",
+        "kernel-negative",
+        "kernel-str",
+        "kernel-0",
+        "kernel-pair-0",
+        "stride-0",
+        "dilation-0",
+    ],
 )
-def test_xfail_fused_conv_bn_layer_constructor_errors_name_the_class(kwargs):
+def test_fused_conv_bn_layer_constructor_errors_name_the_class(kwargs, message):
+    """Refused at construction (nn.Conv2d takes most of these, or raises its own message)."""
     kw = {"in_channels": 3, "out_channels": 4, "kernel_size": 3, **kwargs}
-    made = Outcome(FusedConvBN2d, **kw)
-    if made.ok:  # accepted: then the forward must fail clearly
-        made = Outcome(made.value, torch.randn(2, 3, 5, 5))
-        assert_clear_error(made.error, "FusedConvBN2d", OP)
-    else:
-        assert_clear_error(made.error, "FusedConvBN2d")
+    with pytest.raises(ValueError, match="^FusedConvBN2d: " + re.escape(message)):
+        FusedConvBN2d(**kw)
