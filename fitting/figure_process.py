@@ -195,6 +195,11 @@ def main() -> None:
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt answers
     serve(sys.stdin.buffer, answers)
+    answers.close()
+    sys.stderr.flush()
+    # Every PNG is written and answered: skip the interpreter's teardown (~0.1 s with
+    # matplotlib loaded), which the run would otherwise wait for at its own exit.
+    os._exit(0)
 
 
 if __name__ == "__main__":

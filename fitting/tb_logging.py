@@ -85,9 +85,12 @@ class TBLogger:
 
     def flush(self) -> None:
         """Write the pending scalars and figures and wait until every event is on disk."""
-        self._write_pending(wait_figures=True)
+        self._drain(wait_figures=True)
+        self.writer.flush()
+        self._last_flush = time.monotonic()
 
-    def _write_pending(self, wait_figures: bool) -> None:
+    def _drain(self, wait_figures: bool) -> None:
+        """Hand the queued scalars and the drawn figures (`wait_figures`: all) to the writer."""
         self._log_figures(wait=wait_figures)
         Summary = self._summary
         file_writer = self.writer.file_writer
@@ -95,8 +98,6 @@ class TBLogger:
             value = [Summary.Value(tag=tag, simple_value=v) for tag, v in values.items()]
             file_writer.add_summary(Summary(value=value), step, wall_time)
         self._pending.clear()
-        self.writer.flush()
-        self._last_flush = time.monotonic()
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         """Log several scalars at `step` (tags as given, e.g. 'loss/train') as one event.
@@ -111,12 +112,16 @@ class TBLogger:
         # written as they come made poly3's logging cost ~2.5x its 2000 training steps.
         self._pending.append((step, time.time(), values))
         if time.monotonic() - self._last_flush > FLUSH_SECONDS:
-            self._write_pending(wait_figures=False)  # a figure still drawing waits its turn
+            self._drain(wait_figures=False)  # a figure still being drawn waits its turn
+            self.writer.flush()
+            self._last_flush = time.monotonic()
 
     def histograms(self, step: int, named: list[tuple[str, torch.Tensor]]) -> None:
         """Histograms of each non-scalar parameter ('weights/<name>') and its gradient
         ('grads/<name>'); scalar parameters have their values logged as 'params/<name>'."""
-        self.flush()
+        if all(p.ndim == 0 for _, p in named):
+            return
+        self._drain(wait_figures=False)  # the queued scalars go first: events in step order
         for name, p in named:
             if p.ndim == 0:
                 continue
