@@ -42,6 +42,7 @@ from models.ops import (
     cube,
     fused_conv_bn2d,
     legendre_p3,
+    legendre_p3_numpy,
     linear,
     mul_constant,
     relu,
@@ -95,6 +96,7 @@ def to_non_strided(x: torch.Tensor, kind: str) -> torch.Tensor:
 # x·(2.5x² − 1.5) gives ±inf - a deliberate difference (the custom is right), not a bug.
 UNARY = {
     "legendre_p3": (legendre_p3, lambda x: 0.5 * (5 * x**3 + 3 * x), False),
+    "legendre_p3_numpy": (legendre_p3_numpy, lambda x: 0.5 * (5 * x**3 + 3 * x), False),
     "cube": (cube, lambda x: x**3, True),
     "relu": (relu, None, True),
     "mul_constant": (mul_constant, None, True),
@@ -154,11 +156,14 @@ def test_unary_op_matches_builtin_or_raises_clearly(name, data):
 FLOAT8 = torch.float8_e4m3fn
 
 
-@pytest.mark.parametrize("name", ["legendre_p3", "cube", "relu", "mul_constant", OP])
+@pytest.mark.parametrize(
+    "name", ["legendre_p3", "legendre_p3_numpy", "cube", "relu", "mul_constant", OP]
+)
 def test_float8_rejected_clearly(name):
     x = torch.zeros(2, 3, 4, 4).to(FLOAT8)
     calls = {
         "legendre_p3": lambda impl: legendre_p3(x, impl=impl),
+        "legendre_p3_numpy": lambda impl: legendre_p3_numpy(x, impl=impl),
         "cube": lambda impl: cube(x, impl=impl),
         "relu": lambda impl: relu(x, impl=impl),
         "mul_constant": lambda impl: mul_constant(x, 2.0, impl=impl),

@@ -21,7 +21,13 @@ OP = "legendre_p3_numpy"
 
 def _to_numpy(t: torch.Tensor):  # -> numpy.ndarray
     # force=True: detach, move to the CPU and resolve conj/neg views, copying only if needed.
-    return t.numpy(force=True)
+    # NumPy has no bfloat16: computed in float32, rounded back once (as accurate or more).
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy(force=True)
+
+
+def _from_numpy(a, like: torch.Tensor) -> torch.Tensor:
+    # as_tensor, not from_numpy: NumPy arithmetic on a 0-d array gives a NumPy scalar.
+    return torch.as_tensor(a).to(like.device, like.dtype)
 
 
 class LegendreP3NumPy(Function):
@@ -34,7 +40,7 @@ class LegendreP3NumPy(Function):
         out *= 2.5
         out -= 1.5
         out *= xn  # x·(2.5x² − 1.5): the same roundings as legendre_p3's kernels
-        return torch.from_numpy(out).to(x.device)
+        return _from_numpy(out, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -50,7 +56,7 @@ class LegendreP3NumPy(Function):
         dp3 *= 7.5
         dp3 -= 1.5
         dp3 *= _to_numpy(grad)
-        return torch.from_numpy(dp3).to(grad.device)
+        return _from_numpy(dp3, grad)
 
 
 def legendre_p3_numpy(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
@@ -60,8 +66,6 @@ def legendre_p3_numpy(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
     if impl != "custom":
         check_impl(OP, impl)
         return legendre_p3_builtin(x)
-    if x.dtype == torch.bfloat16:
-        raise TypeError(f"{OP}: NumPy has no bfloat16; use x.float(), or legendre_p3 for bfloat16")
     if torch._C._functorch.is_functorch_wrapped_tensor(x):
         raise TypeError(
             f"{OP}: torch.func transforms (vmap, grad, jacrev, ...) cannot see into NumPy; "
