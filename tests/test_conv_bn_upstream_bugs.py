@@ -10,19 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from property_checks import STATS
+from property_checks import PROPERTY_MARKS, STATS
 
 from models.ops import (
     fused_conv_bn2d,
 )
 
-pytestmark = [
-    pytest.mark.usefixtures("one_thread"),
-    # PyTorch's own notes: padding='same' with an even kernel, and init of an empty weight.
-    pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel"),
-    pytest.mark.filterwarnings("ignore:Initializing zero-element tensors is a no-op"),
-    pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental"),
-]
+pytestmark = PROPERTY_MARKS
 
 
 def _bn_backward_case(name: str):

@@ -1,10 +1,6 @@
 """Property tests for the layers (Linear, ReLU, FusedConvBN2d) against their nn twins (issue 7, "bad tensors").
 
-Each call either matches its built-in twin within a dtype-derived error bound or raises the
-op's clear ValueError/TypeError, and impl="builtin" raises the same class. Bugs found by the
-properties are pinned by strict xfails in this file; the strategies avoid exactly those inputs
-(marked KNOWN BUG) until the fix, when the xfail turns XPASS and both should go. See
-tests/property_checks.py for the shared settings.
+The rules they check are in tests/property_checks.py.
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from property_checks import (
     OP,
+    PROPERTY_MARKS,
     abs_param,
     bf16_depthwise_multiplier_bug,
     bn_grad_output,
@@ -44,13 +41,7 @@ from torch import nn
 
 from models.layers import FusedConvBN2d, Linear, ReLU
 
-pytestmark = [
-    pytest.mark.usefixtures("one_thread"),
-    # PyTorch's own notes: padding='same' with an even kernel, and init of an empty weight.
-    pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel"),
-    pytest.mark.filterwarnings("ignore:Initializing zero-element tensors is a no-op"),
-    pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental"),
-]
+pytestmark = PROPERTY_MARKS
 
 # =============================================================================================
 # Layers: Linear, ReLU, FusedConvBN2d against nn.Linear, nn.ReLU, nn.Conv2d → nn.BatchNorm2d

@@ -1,10 +1,6 @@
 """Property tests for the unary ops (legendre_p3, relu, cube, mul_constant) (issue 7, "bad tensors").
 
-Each call either matches its built-in twin within a dtype-derived error bound or raises the
-op's clear ValueError/TypeError, and impl="builtin" raises the same class. Bugs found by the
-properties are pinned by strict xfails in this file; the strategies avoid exactly those inputs
-(marked KNOWN BUG) until the fix, when the xfail turns XPASS and both should go. See
-tests/property_checks.py for the shared settings.
+The rules they check are in tests/property_checks.py.
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from property_checks import (
     OP,
+    PROPERTY_MARKS,
     assert_unchanged,
     compare,
     grads,
@@ -48,14 +45,7 @@ from models.ops import (
     relu,
 )
 
-pytestmark = [
-    pytest.mark.usefixtures("one_thread"),
-    # PyTorch's own notes: padding='same' with an even kernel, and init of an empty weight.
-    pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel"),
-    pytest.mark.filterwarnings("ignore:Initializing zero-element tensors is a no-op"),
-    pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental"),
-    pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state"),
-]
+pytestmark = PROPERTY_MARKS
 
 # =============================================================================================
 # Unary ops: legendre_p3, relu, cube, mul_constant
