@@ -52,3 +52,17 @@ def test_legendre_saves_only_its_input():
     with saved_tensor_bytes() as custom:
         legendre_p3(x)
     assert custom.bytes == 2000 * 4 and custom.tensors == 1
+
+
+def test_eager_legendre_expression_saves_exactly_its_input_too():
+    """Why legendre_p3 cannot save fewer bytes than the tutorial's eager expression: that graph
+    already saves one tensor, the input (for pow's backward); its multiplications by Python
+    scalars save nothing. The input is also the least P3'(x) = 7.5x² - 1.5 can be computed from
+    without losing precision."""
+    x = torch.randn(2000, requires_grad=True)
+    with saved_tensor_bytes() as eager:
+        0.5 * (5 * x**3 - 3 * x)
+    with saved_tensor_bytes() as custom:
+        legendre_p3(x)
+    assert eager.tensors == custom.tensors == 1
+    assert eager.bytes == custom.bytes == x.nbytes
