@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -27,6 +28,8 @@ from .figures import FigureSpec, preload, render_png
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]
+# A figure takes ~60 ms to draw; a helper silent for this long is stuck, not busy.
+ANSWER_TIMEOUT = 60.0
 
 
 class Drawn(NamedTuple):
@@ -118,8 +121,13 @@ class FigureDrawer:
 
     def result(self, request_id: int) -> Drawn:
         """The drawn figure `request_id`, waiting for it if need be."""
+        deadline = time.monotonic() + ANSWER_TIMEOUT
         with self._cond:
-            while request_id not in self._answers and self._helper_alive():
+            while (
+                request_id not in self._answers
+                and self._helper_alive()
+                and time.monotonic() < deadline
+            ):
                 self._cond.wait(timeout=1.0)
             answer = self._answers.pop(request_id, None)
         request = self._requests.pop(request_id, None)
@@ -127,6 +135,8 @@ class FigureDrawer:
             return Drawn(Path(answer[0]), *answer[1:])
         if answer is not None:  # the helper's error: draw here to raise it with a traceback
             log.warning("the drawing process failed on a figure: %s", answer)
+        elif self._helper_alive():
+            self._stop_helper(f"no answer from the drawing process in {ANSWER_TIMEOUT:g} s")
         else:
             self._stop_helper("the drawing process exited")
         spec, path = request

@@ -2,7 +2,9 @@
 failing (figures then drawn in-process)."""
 
 import logging
+import os
 import pickle
+import signal
 import subprocess
 import sys
 
@@ -91,3 +93,17 @@ def test_helper_never_imports_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
     assert (tmp_path / "x.png").exists()
+
+
+def test_a_stuck_helper_is_replaced_by_drawing_here(background, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr("fitting.figure_process.ANSWER_TIMEOUT", 0.5)
+    os.kill(background._proc.pid, signal.SIGSTOP)  # alive, but never answers
+    try:
+        with caplog.at_level(logging.WARNING, logger="fitting.figure_process"):
+            drawn = background.result(background.submit(_spec(), tmp_path / "s.png"))
+    finally:
+        if background._proc is not None:
+            os.kill(background._proc.pid, signal.SIGCONT)
+    assert drawn.path.read_bytes().startswith(b"\x89PNG")
+    assert not background.background
+    assert "no answer from the drawing process in 0.5 s" in caplog.text
