@@ -79,7 +79,7 @@ class FigureDrawer:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "fitting.figure_process"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=REPO,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
             )
         except OSError as err:
             log.warning("figures are drawn in this process: the drawing process failed (%s)", err)
@@ -102,7 +102,7 @@ class FigureDrawer:
     def submit(self, spec: FigureSpec, path: str | Path) -> int:
         """Start drawing `spec` into `path`; returns the id to ask `result` for."""
         request_id, self._next_id = self._next_id, self._next_id + 1
-        path = Path(path)
+        path = Path(path).absolute()  # the helper may have another working directory
         if self._proc is not None:
             try:
                 self._requests[request_id] = (spec, path)

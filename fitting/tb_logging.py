@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from .figure_process import FigureDrawer
     from .figures import FigureSpec
 
 
@@ -37,15 +36,10 @@ class TBLogger:
     """A SummaryWriter on `log_dir`, closed (hence flushed) when the `with` block exits.
 
     `purge_step` (resuming a run): TensorBoard drops the events the run wrote at that step or
-    later before this writer, in its earlier event files. `drawer` draws the figures (default:
-    this process's, see fitting/figure_process.py)."""
+    later before this writer, in its earlier event files. Figures are drawn by this process's
+    FigureDrawer (fitting/figure_process.py)."""
 
-    def __init__(
-        self,
-        log_dir: str | Path,
-        purge_step: int | None = None,
-        drawer: FigureDrawer | None = None,
-    ) -> None:
+    def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
         # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
         from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter
@@ -58,11 +52,9 @@ class TBLogger:
         self._pending: list[tuple[int, float, dict[str, float]]] = []
         self._last_flush = time.monotonic()
         self._layout_written = False
-        if drawer is None:
-            from .figure_process import drawer as process_drawer
+        from .figure_process import drawer
 
-            drawer = process_drawer()
-        self.drawer = drawer
+        self.drawer = drawer()
         self._figures: list[tuple[int, str, int]] = []  # (drawer's request id, tag, step)
 
     def __enter__(self) -> TBLogger:

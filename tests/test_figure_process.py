@@ -107,3 +107,9 @@ def test_a_stuck_helper_is_replaced_by_drawing_here(background, tmp_path, monkey
     assert drawn.path.read_bytes().startswith(b"\x89PNG")
     assert not background.background
     assert "no answer from the drawing process in 0.5 s" in caplog.text
+
+
+def test_relative_paths_are_the_run_s_not_the_helper_s(background, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    drawn = background.result(background.submit(_spec(), "relative.png"))
+    assert drawn.path == tmp_path / "relative.png" and drawn.path.exists()
