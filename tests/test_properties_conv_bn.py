@@ -144,8 +144,9 @@ def check_conv_parity(draw, call, options, dtype, what, custom, builtin, stats_c
     leafs = [None if call[k] is None else call[k].leaf for k in GRAD_ARGS]
     backward_c, backward_b = Outcome(grads, out_c, leafs, g), Outcome(grads, out_b, leafs, g)
     if not backward_b.ok:
-        # KNOWN BUG (upstream, xfail in test_conv_bn_upstream_bugs.py): aten's CPU conv backward refuses some strided
-        # weights ("slow_conv2d: grad_weight must be contiguous") - the twin itself fails.
+        # KNOWN BUG (upstream, xfail in test_conv_bn_upstream_bugs.py): aten's CPU conv
+        # backward refuses some strided weights ("slow_conv2d: grad_weight must be
+        # contiguous") - the twin itself fails.
         # The custom may fail the same way (in training; its eval fold has canonical strides),
         # never differently.
         event(f"twin backward raised {type(backward_b.error).__name__}")
@@ -185,8 +186,8 @@ def test_fused_conv_bn2d_matches_builtin_or_raises_clearly(data):
     call, options = draw(conv_call(device, dtype), label="call")
     raw, stats_raw = conv_run(fused_conv_bn2d_builtin, call, options)
     if raw.ok and raw.value.is_contiguous(memory_format=torch.channels_last):
-        # KNOWN BUG (upstream, xfail in test_conv_bn_upstream_bugs.py): aten's CPU batch-norm backward reads strided
-        # per-channel tensors (BN weight, running stats) as if contiguous when its input is
+        # KNOWN BUG (upstream, xfail in test_conv_bn_upstream_bugs.py): aten's CPU batch-norm
+        # backward reads strided per-channel tensors (BN weight, running stats) as if contiguous when its input is
         # channels_last (which a 1×1 output always is): there they are made contiguous.
         for k in PER_CHANNEL:
             if call[k] is not None and not call[k].tensor.is_contiguous():
