@@ -187,8 +187,9 @@ def test_fused_conv_bn2d_matches_builtin_or_raises_clearly(data):
     raw, stats_raw = conv_run(fused_conv_bn2d_builtin, call, options)
     if raw.ok and raw.value.is_contiguous(memory_format=torch.channels_last):
         # KNOWN BUG (upstream, xfail in test_conv_bn_upstream_bugs.py): aten's CPU batch-norm
-        # backward reads strided per-channel tensors (BN weight, running stats) as if contiguous when its input is
-        # channels_last (which a 1×1 output always is): there they are made contiguous.
+        # backward reads strided per-channel tensors (BN weight, running stats) as if
+        # contiguous when its input is channels_last (which a 1×1 output always is): there
+        # they are made contiguous.
         for k in PER_CHANNEL:
             if call[k] is not None and not call[k].tensor.is_contiguous():
                 call[k] = call[k].contiguous()
