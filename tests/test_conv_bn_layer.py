@@ -11,14 +11,7 @@ from torch import nn
 from models.layers import FusedConvBN2d, fuse_conv_bn, unfuse_conv_bn
 from models.ops import saved_tensor_bytes
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny convs: a second intra-op thread only adds sync cost on a busy 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 # FusedConvBN2d / nn.Conv2d keyword arguments

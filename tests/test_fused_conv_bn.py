@@ -14,16 +14,10 @@ from torch.autograd import gradcheck, gradgradcheck
 from models.ops import fused_conv_bn2d, fused_conv_bn2d_builtin, saved_tensor_bytes
 
 # PyTorch's own note on the built-in twin's padding='same' with an even kernel.
-pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny convs: a second intra-op thread only adds sync cost (40× slower on a busy 2-core box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel"),
+]
 
 
 # (c_in, c_out, kernel, stride, padding, dilation, groups)

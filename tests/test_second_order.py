@@ -16,20 +16,13 @@ from fitting.second_order import residual_fn_from_model
 from models.ops import legendre_p3
 from models.poly3 import Poly3
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 TUTORIAL_START = (0.0, -1.0, 0.0, 0.3)
 MAX_ITERS = 50
 REL_GAP = 1e-6
 OPTIMIZERS = ("lbfgs", "newton", "lm")
 IMPLS = ("custom", "builtin")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny ops: extra OpenMP threads only wait for busy cores (10× slower, measured)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def residuals(model: nn.Module, batch) -> torch.Tensor:

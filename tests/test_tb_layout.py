@@ -9,8 +9,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from sweep_fixtures import REPO, tensorboard_run_names
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
-from test_tensorboard_server import WAIT_S, get_json, tensorboard_command, wait_for_url
+from test_tensorboard_server import WAIT_S, get_json, tensorboard
 
 from fitting.tb_logging import METRIC_COLUMNS, TBLogger, custom_scalars_layout
 
@@ -114,24 +112,6 @@ def post_json(url: str, body: dict) -> dict:
     )
     with urllib.request.urlopen(request, timeout=5) as response:
         return json.load(response)
-
-
-@contextmanager
-def tensorboard(logdir: Path) -> Iterator[str]:
-    """A TensorBoard server on loopback (port 0) for `logdir`: its base URL; always stopped."""
-    proc = subprocess.Popen(
-        tensorboard_command(logdir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        yield wait_for_url(proc, time.monotonic() + WAIT_S)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def poll(fetch, done, deadline: float):

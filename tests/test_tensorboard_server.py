@@ -10,6 +10,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,18 +67,15 @@ def wait_for_runs(base: str, runs: dict[str, set[str]], deadline: float) -> dict
     raise AssertionError(f"runs/tags not served within {WAIT_S} s; last answer: {last}")
 
 
-def serve_and_check(logdir: Path, runs: dict[str, set[str]]) -> dict:
-    """Start TensorBoard on `logdir`, wait for `runs` with their tags, always stop it."""
+@contextmanager
+def tensorboard(logdir: Path) -> Iterator[str]:
+    """A TensorBoard server on loopback (port 0) for `logdir`: its base URL; always stopped."""
     proc = subprocess.Popen(
-        tensorboard_command(logdir),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        tensorboard_command(logdir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + WAIT_S
-        return wait_for_runs(wait_for_url(proc, deadline), runs, deadline)
+        yield wait_for_url(proc, time.monotonic() + WAIT_S)
     finally:
         proc.terminate()
         try:
@@ -84,6 +83,12 @@ def serve_and_check(logdir: Path, runs: dict[str, set[str]]) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def serve_and_check(logdir: Path, runs: dict[str, set[str]]) -> dict:
+    """Start TensorBoard on `logdir`, wait for `runs` with their tags, always stop it."""
+    with tensorboard(logdir) as base:
+        return wait_for_runs(base, runs, time.monotonic() + WAIT_S)
 
 
 @pytest.mark.slow
