@@ -12,7 +12,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import fitting.config  # noqa: F401  (registers the config schemas before Hydra composes)
-from fitting.validate import ConfigError, validate
+from fitting.train.validate import ConfigError, validate
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +35,21 @@ def main(cfg: DictConfig) -> float:
             if multirun:
                 raise ConfigError("resume= continues one run: use it without -m/--multirun")
             validate(cfg)  # resume=DIR must hold a checkpoint before it is read
-            from fitting.checkpoint import resume_config
+            from fitting.train.checkpoint import resume_config
 
             cfg = resume_config(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices)
         # Checked before importing torch: a config error answers at once.
         validate(cfg)
-        from fitting import figure_process
+        from fitting.track import figure_process
 
         figure_process.start()  # matplotlib loads in the drawing process while torch loads here
-        from fitting.run import run
+        from fitting.train.run import run
 
         loss = run(cfg, hydra_cfg.runtime.output_dir)
     except ConfigError as err:
         fail(f"config error: {err}", CONFIG_ERROR_EXIT, multirun)
     except Exception as err:
-        from fitting.signals import Interrupted, RunStopped
+        from fitting.train.signals import Interrupted, RunStopped
 
         if not isinstance(err, RunStopped):
             raise  # a bug: Hydra prints its traceback

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from ..figures import FigureSpec
+    from fitting.track.figures import FigureSpec
 
 
 class Task(Protocol):
@@ -34,7 +34,7 @@ class Task(Protocol):
         """The validation loss (same reduction as training), in eval mode and without grad."""
 
     def figure(self, model: nn.Module, step: int) -> FigureSpec:
-        """The figure of the fit (target vs prediction) as data, drawn by fitting.figures."""
+        """The figure of the fit (target vs prediction) as data, drawn by fitting.track.figures."""
 
     def summary(self, model: nn.Module) -> dict[str, float]:
         """Final parameters/metrics, printed at the end and logged with the hparams."""
@@ -55,15 +55,15 @@ def build_task(
     """The task `cfg_task.name` with its data made from `seed` and its model built with `impl`."""
     generator = torch.Generator().manual_seed(seed)
     if cfg_task.name == "poly3":
-        from .poly3 import Poly3Task
+        from fitting.tasks.poly3 import Poly3Task
 
         return Poly3Task(cfg_task, impl, device, dtype)
     if cfg_task.name == "mlp":
-        from .mlp import MLPTask
+        from fitting.tasks.mlp import MLPTask
 
         return MLPTask(cfg_task, impl, device, dtype, generator)
     if cfg_task.name == "cnn":
-        from .cnn import CNNTask
+        from fitting.tasks.cnn import CNNTask
 
         return CNNTask(cfg_task, impl, device, dtype, generator)
     raise ValueError(f"unknown task {cfg_task.name!r}; choose poly3, mlp or cnn")

@@ -6,10 +6,15 @@ from typing import Any
 
 import torch
 
+from fitting.tasks.data import (
+    curve_values,
+    param_scale,
+    rasterize_curves,
+    sample_curve_params,
+    y_to_row,
+)
+from fitting.track.figures import FigureSpec
 from models.cnn import CurveCNN
-
-from ..figures import FigureSpec
-from .data import curve_values, param_scale, rasterize_curves, sample_curve_params, y_to_row
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 PARAM_NAMES = ("a", "b", "c", "d")

@@ -6,10 +6,9 @@ from typing import Any
 
 import torch
 
+from fitting.tasks.data import target_function
+from fitting.track.figures import FigureSpec
 from models.mlp import MLP
-
-from ..figures import FigureSpec
-from .data import target_function
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

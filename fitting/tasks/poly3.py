@@ -7,10 +7,9 @@ from typing import Any
 
 import torch
 
+from fitting.tasks.poly3_optimum import exact_poly3_optimum
+from fitting.track.figures import FigureSpec
 from models.poly3 import Poly3
-
-from ..figures import FigureSpec
-from ..poly3_optimum import exact_poly3_optimum
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -1,0 +1,5 @@
+"""`python -m fitting.bench`: see fitting/bench/cli.py."""
+
+from fitting.bench.cli import main
+
+main()

@@ -1,0 +1,215 @@
+"""One TensorBoard run per job: scalars, histograms, figures (also as PNG), hparams and the
+custom-scalars layout that overlays the runs of a sweep."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from fitting.track.figures import FigureSpec
+
+
+# Scalars are queued in memory and written in bursts at least this often (and before any
+# other event, and at close): see TBLogger.scalars.
+FLUSH_SECONDS = 2.0
+
+# The per-step record that carries every per-step tag; its first one writes the layout.
+LOSS_TAG = "loss/train"
+# Per-parameter tags: the values of scalar parameters (poly3) or the norms of tensors.
+PARAM_PREFIXES = ("params/", "weight_norm/")
+# The HParams table's metric columns, first and in this order in every run. TensorBoard takes
+# the columns from one run of a sweep, arbitrarily: these are the ones every task shares.
+METRIC_COLUMNS = ("final/loss", "final/val_loss", "final/step_ms", "final/saved_bytes")
+# The hparams the presets sweep, marked as differing so that the HParams table, which shows
+# five hparams by default, shows them first (else alphabetical: device, dtype, impl, lr, ...).
+HPARAM_AXES = ("impl", "task")
+
+
+class TBLogger:
+    """A SummaryWriter on `log_dir`, closed (hence flushed) when the `with` block exits.
+
+    `purge_step` (resuming a run): TensorBoard drops the events the run wrote at that step or
+    later before this writer, in its earlier event files. Figures are drawn by this process's
+    FigureDrawer (fitting/figure_process.py)."""
+
+    def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
+        # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = Path(log_dir)
+        self.writer = SummaryWriter(
+            log_dir=str(self.log_dir), max_queue=1000, purge_step=purge_step
+        )
+        self._summary = Summary
+        self._pending: list[tuple[int, float, dict[str, float]]] = []
+        self._last_flush = time.monotonic()
+        self._layout_written = False
+        from fitting.track.figure_process import drawer
+
+        self.drawer = drawer()
+        self._figures: list[tuple[int, str, int]] = []  # (drawer's request id, tag, step)
+
+    def __enter__(self) -> TBLogger:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Write the pending scalars, flush every event to disk and close the event file."""
+        try:
+            self.flush()
+        finally:
+            self.writer.close()
+
+    def flush(self) -> None:
+        """Write the pending scalars and figures and wait until every event is on disk."""
+        self._drain(wait_figures=True)
+        self.writer.flush()
+        self._last_flush = time.monotonic()
+
+    def _drain(self, wait_figures: bool) -> None:
+        """Hand the queued scalars and the drawn figures (`wait_figures`: all) to the writer."""
+        self._log_figures(wait=wait_figures)
+        Summary = self._summary
+        file_writer = self.writer.file_writer
+        for step, wall_time, values in self._pending:
+            value = [Summary.Value(tag=tag, simple_value=v) for tag, v in values.items()]
+            file_writer.add_summary(Summary(value=value), step, wall_time)
+        self._pending.clear()
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        """Log several scalars at `step` (tags as given, e.g. 'loss/train') as one event.
+
+        The first record with 'loss/train' also writes the custom-scalars layout of its tags.
+        """
+        if not self._layout_written and LOSS_TAG in values:
+            self.writer.add_custom_scalars(custom_scalars_layout(values))
+            self._layout_written = True
+        # Why one event and why queued: the writer checksums each event in pure Python on its
+        # own thread, which then competes with the training step for the GIL. Per-tag events
+        # written as they come made poly3's logging cost ~2.5x its 2000 training steps.
+        self._pending.append((step, time.time(), values))
+        if time.monotonic() - self._last_flush > FLUSH_SECONDS:
+            self._drain(wait_figures=False)  # a figure still being drawn waits its turn
+            self.writer.flush()
+            self._last_flush = time.monotonic()
+
+    def histograms(self, step: int, named: list[tuple[str, torch.Tensor]]) -> None:
+        """Histograms of each non-scalar parameter ('weights/<name>') and its gradient
+        ('grads/<name>'); scalar parameters have their values logged as 'params/<name>'."""
+        if all(p.ndim == 0 for _, p in named):
+            return
+        self._drain(wait_figures=False)  # the queued scalars go first: events in step order
+        for name, p in named:
+            if p.ndim == 0:
+                continue
+            self.writer.add_histogram(f"weights/{name}", p.detach().float().cpu(), step)
+            if p.grad is not None:
+                self.writer.add_histogram(f"grads/{name}", p.grad.detach().float().cpu(), step)
+
+    def figure(self, tag: str, spec: FigureSpec, step: int, png_path: str | Path) -> None:
+        """Draw `spec` into `png_path` (in the drawing process when there is one) and log the
+        PNG as image `tag` at `step` once drawn: at the latest on the next flush."""
+        self._figures.append((self.drawer.submit(spec, png_path), tag, step))
+        self._log_figures(wait=False)
+
+    def _log_figures(self, wait: bool) -> None:
+        """Log the figures drawn so far (`wait`: all of them, waiting for the drawer)."""
+        while self._figures and (wait or self.drawer.ready(self._figures[0][0])):
+            request_id, tag, step = self._figures.pop(0)
+            drawn = self.drawer.result(request_id)
+            # The PNG bytes go into the event as they are; add_image would decode and encode.
+            image = self._summary.Image(
+                height=drawn.height, width=drawn.width, colorspace=4,
+                encoded_image_string=drawn.path.read_bytes(),
+            )
+            summary = self._summary(value=[self._summary.Value(tag=tag, image=image)])
+            self.writer.file_writer.add_summary(summary, step, time.time())
+
+    def hparams(self, hparams: dict[str, Any], metrics: dict[str, float], step: int) -> None:
+        """Log hparams and final metrics (as scalars at `step`) into this run itself.
+
+        SummaryWriter.add_hparams would write them to a new sub-run named by the time.
+        The HParams table's metric columns are METRIC_COLUMNS, then the other `metrics`.
+        """
+        from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+        from torch.utils.tensorboard.summary import hparams as hparams_summaries
+
+        self.flush()
+
+        # Only the names of the metrics go into the summaries; their values are the scalars.
+        columns = dict.fromkeys([*METRIC_COLUMNS, *metrics], 0.0)
+        experiment, start, end = hparams_summaries(hparams, columns)
+        plugin_data = experiment.value[0].metadata.plugin_data
+        data = HParamsPluginData.FromString(plugin_data.content)
+        for info in data.experiment.hparam_infos:
+            info.differs = info.name in HPARAM_AXES
+        plugin_data.content = data.SerializeToString()
+        for summary in (experiment, start, end):
+            self.writer.file_writer.add_summary(summary)
+        for tag, value in metrics.items():
+            self.writer.add_scalar(tag, value, step)
+
+
+def custom_scalars_layout(tags: Iterable[str]) -> dict[str, dict[str, list]]:
+    """The custom-scalars layout (SummaryWriter.add_custom_scalars) for a run logging `tags`.
+
+    Each chart is a multi-line chart of exact-tag regexes, so in a sweep it overlays that
+    metric of every run (custom and builtin). Every run writes the layout of its own tags:
+    TensorBoard merges them, so a sweep over tasks gets each task's parameter charts.
+    """
+    params = [tag for tag in tags if tag.startswith(PARAM_PREFIXES)]
+    layout = {
+        "loss": {"loss/train, loss/val": _multiline("loss/train", "loss/val")},
+        "parameters": {tag: _multiline(tag) for tag in params},
+        "cost per step": {tag: _multiline(tag) for tag in ("memory/saved_bytes", "time/step_ms")},
+        "optimizer": {"optim/grad_norm": _multiline("optim/grad_norm")},
+    }
+    return {category: charts for category, charts in layout.items() if charts}
+
+
+def _multiline(*tags: str) -> list:
+    """A multi-line chart of exactly these tags ('params/a' must not match 'params/ab')."""
+    return ["Multiline", [f"^{re.escape(tag)}$" for tag in tags]]
+
+
+def param_scalars(named: list[tuple[str, torch.Tensor]]) -> dict[str, float]:
+    """'params/<name>' when every parameter is a scalar, else 'weight_norm/<name>' each."""
+    if all(p.ndim == 0 for _, p in named):
+        return {f"params/{name}": p.item() for name, p in named}
+    norms = torch.stack([torch.linalg.vector_norm(p.detach()) for _, p in named]).tolist()
+    return {f"weight_norm/{name}": n for (name, _), n in zip(named, norms, strict=True)}
+
+
+def grad_scalars(named: list[tuple[str, torch.Tensor]]) -> dict[str, float]:
+    """'grad_norm/<name>' of each gradient; none when every parameter is a scalar."""
+    named = [(name, p) for name, p in named if p.grad is not None]
+    if all(p.ndim == 0 for _, p in named):
+        return {}
+    norms = torch.stack([torch.linalg.vector_norm(p.grad) for _, p in named]).tolist()
+    return {f"grad_norm/{name}": n for (name, _), n in zip(named, norms, strict=True)}
+
+
+def grad_norm(params: list[torch.Tensor]) -> float:
+    """The 2-norm of all gradients taken together (0.0 when there is none)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    if all(g.ndim == 0 for g in grads):
+        return torch.linalg.vector_norm(torch.stack(grads)).item()
+    norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
+    return torch.linalg.vector_norm(norms).item()

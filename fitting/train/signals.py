@@ -1,0 +1,139 @@
+"""Stopping a run early without losing work: SIGINT/SIGTERM between steps, a non-finite loss or
+gradient before its update, and the exceptions that say why a run stopped."""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import signal
+import threading
+from types import FrameType, TracebackType
+
+import torch
+
+from fitting.track.tb_logging import grad_norm
+
+# Exit status of a run stopped by a non-finite loss or gradient (2 is a config error, 128+N a
+# signal, as shells report them).
+DIVERGED_EXIT = 3
+
+
+class RunStopped(Exception):
+    """A run that stopped before its end with its events and checkpoint saved; train.py prints
+    the message (no traceback) and exits with `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Interrupted(RunStopped):
+    """Stopped by SIGINT or SIGTERM after finishing a step; exit status 128 + the signal."""
+
+    def __init__(self, signum: int, step: int, steps: int, run_dir: str) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"interrupted by {name} after {step} of {steps} steps (checkpoint saved); "
+            f"resume with: {resume_command(run_dir)}",
+            128 + signum,
+        )
+        self.signum, self.step = signum, step
+
+
+def resume_command(run_dir: str) -> str:
+    """The shell command that resumes `run_dir`; the path is quoted for Hydra's override
+    grammar (and the shell) when it holds other characters, as a sweep job's dir does
+    (0_impl=custom,task=mlp: `,` would make a sweep of it, `=` is refused)."""
+    if re.fullmatch(r"[\w/.+-]+", run_dir):
+        return f"python train.py resume={run_dir}"
+    value = "resume='" + run_dir.replace("'", "\\'") + "'"
+    if re.search(r'["$`\\!]', value):
+        return f"python train.py {shlex.quote(value)}"
+    return f'python train.py "{value}"'
+
+
+class Diverged(RunStopped):
+    """Stopped at the first step whose loss or gradient is not finite, before its update."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message, DIVERGED_EXIT)
+        self.step = step
+
+
+class StopSignals:
+    """Inside the block SIGINT and SIGTERM only set `received` (the loop stops after its current
+    step); a second one acts as before (e.g. KeyboardInterrupt). The handlers in place before
+    are restored on exit. Outside the main thread signals cannot be caught: nothing changes."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        # Only a flag: logging from a signal handler can deadlock on the logging locks.
+        if self.received is None:
+            self.received = signum
+        signal.signal(signum, self._previous[signum])
+
+
+class NonFiniteStep(Exception):
+    """Raised by the loop's closure, before the optimizer's update, at a non-finite loss or
+    gradient; `step` is set by the loop."""
+
+    def __init__(self, what: str, loss: float) -> None:
+        super().__init__(f"non-finite {what}")
+        self.what, self.loss, self.step = what, loss, -1
+
+    def describe(self, losses: list[float]) -> str:
+        """The user's message; `losses` ends with the loss of the step before."""
+        what = f"loss ({self.loss})" if self.what == "loss" else f"gradient (loss {self.loss:.6g})"
+        last = (
+            f"last finite loss {losses[-1]:.6g} at step {self.step - 1}"
+            if losses else "no step before it"
+        )
+        return (
+            f"non-finite {what} at step {self.step} ({last}); stopped before its update, events "
+            f"and checkpoint.pt kept up to there; try a smaller optimizer.lr"
+        )
+
+
+def check_finite(loss: torch.Tensor, params: list[torch.Tensor], norm: bool) -> float | None:
+    """Raise NonFiniteStep unless `loss` and the gradients of `params` are all finite; with
+    `norm`, return the gradients' 2-norm (computed for the check, logged by the loop).
+
+    Without `norm` the check sums the gradients: cheap enough for every step (measured: ~3 µs
+    for poly3's four scalars, ~11 µs for mlp's 4353 and ~28 µs for cnn's 67132 entries, 1-2%
+    of their steps). Only when that sum or norm is not finite are the entries themselves
+    checked: huge but finite gradients overflow it without being non-finite."""
+    value = loss.item()
+    if not math.isfinite(value):
+        raise NonFiniteStep("loss", value)
+    grads = [p.grad for p in params if p.grad is not None]
+    if norm:
+        total = grad_norm(params)
+    elif all(g.ndim == 0 for g in grads):
+        total = sum(g.item() for g in grads)
+    else:
+        total = torch.cat([g.reshape(-1) for g in grads]).sum().item()
+    if not math.isfinite(total) and not all(bool(torch.isfinite(g).all()) for g in grads):
+        raise NonFiniteStep("gradient", value)
+    return total if norm else None

@@ -1,0 +1,149 @@
+"""Every class of wrong override through `python train.py`: non-zero exit, one clear message
+naming key, value and what is allowed, no traceback; a bug still shows its traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+import fitting.config  # noqa: F401  (registers the schemas)
+from fitting.train.validate import ConfigError, validate
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = str(REPO / "train.py")
+
+
+def train(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`python train.py *args` in a subprocess, HYDRA_FULL_ERROR unset."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+# Hydra's own composition errors: its message, exit status 1.
+HYDRA_ERRORS = [
+    (["task=nope"], "Could not find 'task/nope'"),
+    (["optimizer=nope"], "Could not find 'optimizer/nope'"),
+    (["impl=fast"], "Invalid value 'fast', expected one of [custom, builtin]"),
+    (["on_nonfinite=maybe"], "Invalid value 'maybe', expected one of [stop, raise]"),
+    (["steps=1.5"], "Value '1.5' of type 'float' could not be converted to Integer"),
+    (["seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+    (["task=mlp", "task.hidden=64"], "task.hidden"),
+    (["stepz=3"], "Key 'stepz' not in 'Config'"),
+]
+# Out-of-range values: fitting.train.validate's message, exit status 2.
+VALUE_ERRORS = [
+    (["optimizer.lr=0"], "config error: optimizer.lr must be > 0 (and finite), got 0.0"),
+    (["optimizer=adam", "optimizer.lr=-1e-3"], "optimizer.lr must be > 0 (and finite), got -0.001"),
+    (["steps=0"], "config error: steps must be >= 1, got 0"),
+    (["task.n_points=1"], "task.n_points must be >= 2, got 1"),
+    (["task=mlp", "task.hidden=[8,0]"], "task.hidden sizes must be >= 1, got [8, 0]"),
+    (["task=cnn", "task.noise=-0.1"], "task.noise must be >= 0 (the std of the pixel noise), got -0.1"),
+    (["task=cnn", "task.batch_size=1"], "task.batch_size must be in [2, task.n_train=8192]"),
+    (["log.every=0", "ckpt.every=-1"],
+     "log.every must be >= 1, got 0; ckpt.every must be >= 0 (0: only at the end and when "
+     "stopped), got -1"),
+    (["resume=/nonexistent/run"],
+     "resume must be a run dir holding checkpoint.pt, got '/nonexistent/run' (no such dir)"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("overrides", "message"), HYDRA_ERRORS + VALUE_ERRORS)
+def test_bad_override_exits_with_one_clear_message(overrides, message, tmp_path):
+    proc = train(TRAIN, *overrides, f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == (2 if (overrides, message) in VALUE_ERRORS else 1)
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    if (overrides, message) in VALUE_ERRORS:
+        # One line on stderr, the same in the job's log; nothing was trained.
+        assert proc.stderr.count("\n") == 1
+        assert message in (tmp_path / "train.log").read_text()
+        assert not list(tmp_path.glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")
+def test_cuda_without_cuda(tmp_path):
+    proc = train(TRAIN, "device=cuda", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "config error: device=cuda but CUDA is not available; use device=auto or device=cpu\n"
+    )
+
+
+@pytest.mark.slow
+def test_a_bad_job_of_a_sweep_fails_alone(tmp_path):
+    proc = train(TRAIN, "-m", "steps=0,3", "log.figure_every=0", f"hydra.sweep.dir={tmp_path}")
+    assert proc.returncode == 1
+    assert "Error executing job with overrides: ['steps=0', 'log.figure_every=0']" in proc.stderr
+    assert "config error: steps must be >= 1, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    good = tmp_path / "1_log.figure_every=0,steps=3"
+    assert (good / "checkpoint.pt").exists()  # the other job ran
+    assert "steps must be >= 1" in (tmp_path / "0_log.figure_every=0,steps=0" / "train.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_bug_still_shows_its_traceback(tmp_path):
+    code = (
+        "import sys, runpy, fitting.train.run\n"
+        "def broken(cfg, out):\n"
+        "    raise KeyError('a bug')\n"
+        "fitting.train.run.run = broken\n"
+        f"sys.argv = ['train.py', 'hydra.run.dir={tmp_path}']\n"
+        f"runpy.run_path({TRAIN!r}, run_name='__main__')\n"
+    )
+    proc = train("-c", code)
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "KeyError: 'a bug'" in proc.stderr
+
+
+# --- validate() itself, in-process: each class of range error, and no false alarms ---------
+
+
+def make_cfg(*overrides: str):
+    """The app's config composed with `overrides`."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("task", ["poly3", "mlp", "cnn"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "lbfgs", "newton", "lm"])
+def test_the_defaults_are_valid(task, optimizer):
+    validate(make_cfg(f"task={task}", f"optimizer={optimizer}"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["optimizer.lr=nan"], "optimizer.lr must be > 0 (and finite), got nan"),
+        (["optimizer.lr=inf"], "optimizer.lr must be > 0 (and finite), got inf"),
+        (["optimizer.momentum=-0.5"], "optimizer.momentum must be >= 0, got -0.5"),
+        (["optimizer.nesterov=true"], "optimizer.nesterov=true needs optimizer.momentum > 0"),
+        (["optimizer=adam", "optimizer.betas=[0.9,1.0]"], "optimizer.betas must be two numbers in [0, 1)"),
+        (["optimizer=lbfgs", "optimizer.history_size=0"], "optimizer.history_size must be >= 1"),
+        (["optimizer=newton", "optimizer.factor=1"], "optimizer.factor must be > 1, got 1.0"),
+        (["optimizer=lm", "optimizer.damping=0"], "optimizer.damping must be > 0 (and finite)"),
+        (["optimizer=lm", "optimizer.stop.rtol=-1"], "optimizer.stop.rtol must be >= 0"),
+        (["seed=-9223372036854775809"], "seed must be an integer in [-2**63, 2**64)"),
+        (["threads=-1"], "threads must be >= 0"),
+        (["task.x_min=1", "task.x_max=0"], "task.x_min < task.x_max, got x_min=1.0, x_max=0.0"),
+        (["task.init.b=nan"], "task.init.b must be finite, got nan"),
+        (["task=mlp", "task.n_val=0"], "task.n_val must be >= 1, got 0"),
+        (["task=mlp", "task.noise=-1"], "task.noise must be >= 0"),
+        (["task=cnn", "task.channels=[]"], "task.channels must be a non-empty list"),
+        (["task=cnn", "task.image_size=30"], "task.image_size must be a positive multiple of"),
+        (["task=cnn", "task.n_train=1"], "task.n_train must be >= 2, got 1"),
+    ],
+)
+def test_validate_names_key_value_and_range(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        validate(make_cfg(*overrides))
+    assert message in str(info.value)
