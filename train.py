@@ -1,6 +1,5 @@
 """Entry point: `python train.py [overrides]`; see `python train.py --help`."""
 
-import gc
 import logging
 import sys
 from pathlib import Path
@@ -58,11 +57,6 @@ def main(cfg: DictConfig) -> float:
     if multirun:
         sweep_dir = Path(hydra_cfg.sweep.dir).resolve()
         log.info("all jobs of the sweep: tensorboard --logdir %s", sweep_dir)
-    else:
-        # The interpreter's collection at exit walks every object torch created on import
-        # (~0.6 s here); frozen objects are skipped. Not in a sweep: later jobs of the same
-        # process would never collect this job's cyclic garbage.
-        gc.freeze()
     return loss
 
 
