@@ -11,7 +11,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import fitting.config  # noqa: F401  (registers the config schemas before Hydra composes)
-from fitting.train.validate import ConfigError, validate
+from fitting.train.validate import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +33,10 @@ def main(cfg: DictConfig) -> float:
         if cfg.resume is not None:
             if multirun:
                 raise ConfigError("resume= continues one run: use it without -m/--multirun")
-            validate(cfg)  # resume=DIR must hold a checkpoint before it is read
             from fitting.train.checkpoint import resume_config
 
             cfg = resume_config(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices)
-        # Checked before importing torch: a config error answers at once.
-        validate(cfg)
-        from fitting.track import figure_process
-
-        figure_process.start()  # matplotlib loads in the drawing process while torch loads here
-        from fitting.train.run import run
+        from fitting.train.run import run  # validates cfg before torch loads
 
         loss = run(cfg, hydra_cfg.runtime.output_dir)
     except ConfigError as err:

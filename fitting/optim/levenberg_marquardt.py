@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from fitting.checks import ConfigError
 from fitting.optim.second_order import ResidualFn, SecondOrderOptimizer, damping_scale, step_stats
 
 SCALINGS = ("marquardt", "levenberg")
@@ -32,7 +33,8 @@ class LevenbergMarquardt(SecondOrderOptimizer):
     The step does not depend on the reduction (sum or mean only rescale F); ‖∇F‖ and the losses
     in `last_stats` do (same keys as `Newton.last_stats`; damping is μ of the accepted step).
     `step` returns the closure's loss (before the update) or F(θ) without a closure. More than
-    `max_params` parameters, or a Jacobian of more than `max_jacobian_numel` entries, is refused.
+    `max_params` parameters, or a Jacobian of more than `max_jacobian_numel` entries, is refused
+    (ConfigError). The app checks the other settings' ranges (fitting.optim.specs.lm).
     """
 
     name = "lm"
@@ -50,8 +52,6 @@ class LevenbergMarquardt(SecondOrderOptimizer):
         max_jacobian_numel: int = 50_000_000,
         ftol: float | None = None,
     ):
-        if damping <= 0 or max_tries < 1 or chunk_size < 1:
-            raise ValueError("lm: need damping > 0, max_tries >= 1 and chunk_size >= 1")
         if scaling not in SCALINGS:
             raise ValueError(f"lm: scaling must be one of {SCALINGS}, not {scaling!r}")
         defaults = dict(
@@ -76,13 +76,14 @@ class LevenbergMarquardt(SecondOrderOptimizer):
             columns.append(torch.func.jacfwd(residuals_of_chunk)(theta[lo:hi]))
         return torch.cat(columns, dim=1)
 
-    def _check_size(self, m: int, n: int) -> None:
+    def check_jacobian(self, m: int, n: int) -> None:
+        """ConfigError if the m×n Jacobian has more than max_jacobian_numel entries."""
         limit = self._group["max_jacobian_numel"]
         if m * n > limit:
-            raise ValueError(
+            raise ConfigError(
                 f"optimizer=lm needs a {m}×{n} Jacobian ({m * n} entries), more than "
-                f"max_jacobian_numel={limit}; use fewer data points per batch, optimizer=lbfgs, "
-                "or raise max_jacobian_numel if it fits in memory"
+                f"optimizer.max_jacobian_numel={limit}; use fewer data points (per batch), "
+                "optimizer=lbfgs, or raise max_jacobian_numel if it fits in memory"
             )
 
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
@@ -93,7 +94,7 @@ class LevenbergMarquardt(SecondOrderOptimizer):
         theta = self._flat()
         with torch.no_grad():
             r = self._residuals(theta)
-        self._check_size(r.numel(), theta.numel())
+        self.check_jacobian(r.numel(), theta.numel())
         jac = self._jacobian(theta)
         jtj, jtr = jac.T @ jac, jac.T @ r
         diag = damping_scale(torch.diagonal(jtj))

@@ -29,7 +29,8 @@ class Newton(SecondOrderOptimizer):
     `step` returns the closure's loss (evaluated before the update, as torch.optim does) or F(θ)
     without a closure. `last_stats` holds loss, new_loss, grad_norm (‖∇F‖ before the step),
     damping (λ of the accepted step), step_norm, rel_step (‖δ‖/‖θ‖), accepted, tries.
-    More than `max_params` parameters is refused at construction.
+    More than `max_params` parameters is refused at construction. The app checks the other
+    settings' ranges (fitting.optim.specs.newton).
     """
 
     name = "newton"
@@ -47,10 +48,6 @@ class Newton(SecondOrderOptimizer):
         max_params: int = 1000,
         ftol: float | None = None,
     ):
-        if damping < 0 or min_damping <= 0 or factor <= 1 or max_tries < 1:
-            raise ValueError(
-                "newton: need damping >= 0, min_damping > 0, factor > 1 and max_tries >= 1"
-            )
         defaults = dict(
             damping=damping,
             min_damping=min_damping,

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fitting.checks import ConfigError
+
 ResidualFn = Callable[[Sequence[torch.Tensor]], torch.Tensor]
 REDUCTIONS = ("sum", "mean")
 
@@ -82,10 +84,10 @@ class SecondOrderOptimizer(torch.optim.Optimizer):
         # (or an hour-long solve) into a config error.
         n = sum(p.numel() for p in self.param_groups[0]["params"])
         if n > max_params:
-            raise ValueError(
+            raise ConfigError(
                 f"optimizer={self.name} needs an n×n matrix but the model has {n} parameters, "
                 f"more than max_params={max_params}; use optimizer=lbfgs or adam for this model, "
-                f"or raise max_params if {n}² entries fit in memory"
+                f"or raise optimizer.max_params if {n}² entries fit in memory"
             )
         self.residual_fn = residual_fn
         self._params: list[torch.Tensor] = self.param_groups[0]["params"]

@@ -1,69 +1,26 @@
-"""The fitting tasks (poly3, mlp, cnn): data, model, residuals, validation and figures."""
+"""The fitting tasks the app offers, by name: `TASKS["mlp"]` is everything about task=mlp
+(fitting.tasks.spec.TaskSpec); the tasks themselves are in poly3.py, mlp.py and cnn.py."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+from fitting.tasks.spec import Task, TaskSpec, squared_error
+from fitting.tasks.specs.cnn import SPEC as CNN
+from fitting.tasks.specs.mlp import SPEC as MLP
+from fitting.tasks.specs.poly3 import SPEC as POLY3
 
 if TYPE_CHECKING:
-    from fitting.track.figures import FigureSpec
+    import torch
 
-
-class Task(Protocol):
-    """What the training loop needs from a task.
-
-    `residuals(model, batch)` is also a plain function in each task's module, so optimizers that
-    work on residuals (Levenberg–Marquardt) can use it; the loss is `reduction` of residuals².
-    """
-
-    name: str
-    reduction: str  # "sum" or "mean"
-    model: nn.Module
-    has_validation: bool
-    full_batch: bool  # batch(step) is the whole training set every step
-
-    def batch(self, step: int) -> Any:
-        """The training batch of iteration `step` (0-based)."""
-
-    def residuals(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        """Prediction minus target on `batch`."""
-
-    def validate(self, model: nn.Module) -> float:
-        """The validation loss (same reduction as training), in eval mode and without grad."""
-
-    def figure(self, model: nn.Module, step: int) -> FigureSpec:
-        """The figure of the fit (target vs prediction) as data, drawn by fitting.track.figures."""
-
-    def summary(self, model: nn.Module) -> dict[str, float]:
-        """Final parameters/metrics, printed at the end and logged with the hparams."""
-
-    def describe(self, model: nn.Module) -> str:
-        """The fitted model in one line (poly3: its formula)."""
-
-
-def squared_error(residuals: torch.Tensor, reduction: str) -> torch.Tensor:
-    """Sum or mean of the squared residuals (the tutorial's `(y_pred - y).pow(2).sum()`)."""
-    sq = residuals.pow(2)
-    return sq.sum() if reduction == "sum" else sq.mean()
+TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (POLY3, MLP, CNN)}
 
 
 def build_task(
     cfg_task: Any, impl: str, device: torch.device, dtype: torch.dtype, seed: int
 ) -> Task:
     """The task `cfg_task.name` with its data made from `seed` and its model built with `impl`."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
-    if cfg_task.name == "poly3":
-        from fitting.tasks.poly3 import Poly3Task
-
-        return Poly3Task(cfg_task, impl, device, dtype)
-    if cfg_task.name == "mlp":
-        from fitting.tasks.mlp import MLPTask
-
-        return MLPTask(cfg_task, impl, device, dtype, generator)
-    if cfg_task.name == "cnn":
-        from fitting.tasks.cnn import CNNTask
-
-        return CNNTask(cfg_task, impl, device, dtype, generator)
-    raise ValueError(f"unknown task {cfg_task.name!r}; choose poly3, mlp or cnn")
+    return TASKS[cfg_task.name].build(cfg_task, impl, device, dtype, generator)

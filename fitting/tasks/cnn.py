@@ -43,13 +43,6 @@ class CNNTask:
         dtype: torch.dtype,
         generator: torch.Generator,
     ) -> None:
-        if cfg.n_train < 2 or cfg.n_val < 1 or not 2 <= cfg.batch_size <= cfg.n_train:
-            raise ValueError(
-                "cnn: need task.n_train >= 2, task.n_val >= 1 and "
-                "2 <= task.batch_size <= task.n_train (batch norm needs 2 images)"
-            )
-        if cfg.noise < 0:
-            raise ValueError(f"cnn: task.noise must be >= 0, got {cfg.noise}")
         n = cfg.n_train + cfg.n_val
         # Made in float64 on the CPU so a seed gives the same data on every device and dtype.
         params = sample_curve_params(n, generator)

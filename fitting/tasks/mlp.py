@@ -37,14 +37,7 @@ class MLPTask:
         dtype: torch.dtype,
         generator: torch.Generator,
     ) -> None:
-        if cfg.n_points < 1 or cfg.n_val < 1 or not cfg.x_min < cfg.x_max or cfg.noise < 0:
-            raise ValueError(
-                "mlp: need task.n_points >= 1, task.n_val >= 1, task.x_min < task.x_max "
-                "and task.noise >= 0"
-            )
-        if any(h < 1 for h in cfg.hidden):
-            raise ValueError(f"mlp: task.hidden sizes must be >= 1, got {list(cfg.hidden)}")
-        self.target_name = getattr(cfg.target, "value", cfg.target)
+        self.target_name = cfg.target.value
         f = target_function(self.target_name)
         x = torch.linspace(cfg.x_min, cfg.x_max, cfg.n_points, dtype=torch.float64)
         y = f(x) + cfg.noise * torch.randn(x.shape, generator=generator, dtype=torch.float64)

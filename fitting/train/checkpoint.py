@@ -12,7 +12,6 @@ import math
 import os
 import random
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fitting.train.validate import CHECKPOINT, ConfigError
+from fitting.config import typed_config
+from fitting.train.validate import CHECKPOINT, ConfigError, resume_problem
 
 FORMAT = 1
 # Keys a resumed run may change: how long it runs, what it logs, how it saves, threads, and
@@ -188,32 +188,35 @@ def check_resumable(payload: dict[str, Any], cfg: DictConfig, run_dir: Path) -> 
 
 
 def resume_config(cfg: DictConfig, overrides: list[str], choices: dict[str, Any]) -> DictConfig:
-    """The config to resume with: the checkpoint's, with `resume` set and the command line's
-    `overrides` of RESUMABLE_KEYS applied (from `cfg`, Hydra's composition of them). Any other
-    override must agree with the checkpoint: ConfigError names those that do not.
+    """The config to resume with: the checkpoint's, typed as a composed one, with `resume` set
+    and the command line's `overrides` of RESUMABLE_KEYS applied (from `cfg`, Hydra's
+    composition of them). Any other override must agree with the checkpoint: ConfigError names
+    those that do not.
 
     `choices` is Hydra's runtime.choices: `task=mlp` compares the task's name, not its
     defaults, with the checkpoint's."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    problem = resume_problem(cfg.resume)
+    if problem:
+        raise ConfigError(problem)
     run_dir = Path(cfg.resume).expanduser().resolve()
     saved = load(run_dir)["config"]
-    out = OmegaConf.create(saved)
+    out, given = typed_config(saved), plain_config(cfg)
     differ = []
     for override in OverridesParser.create().parse_overrides(overrides):
         key = override.key_or_group
         if key.split(".")[0] in RESUMABLE_KEYS:
             if key != "resume":
-                OmegaConf.update(out, key, _plain(OmegaConf.select(cfg, key)), merge=False)
+                OmegaConf.update(out, key, OmegaConf.select(cfg, key), merge=False)
             continue
         if key in choices and OmegaConf.select(cfg, f"{key}.name") is None:
             # A preset group (+experiment=): it may change keys this comparison does not see.
             differ.append(f"{override.input_line} (a preset)")
             continue
-        if key in choices:  # task=, optimizer=: the run's own, whatever its other settings
-            now, was = cfg[key].name, OmegaConf.select(out, f"{key}.name")
-        else:
-            now, was = _plain(OmegaConf.select(cfg, key)), OmegaConf.select(out, key)
+        # task=, optimizer=: the run's own, whatever its other settings.
+        path = f"{key}.name" if key in choices else key
+        now, was = _get(given, path), _get(saved, path)
         if not _same(now, was):
             differ.append(f"{key}={now!r} (the run has {was!r})")
     if differ:
@@ -225,11 +228,12 @@ def resume_config(cfg: DictConfig, overrides: list[str], choices: dict[str, Any]
     return out
 
 
-def _plain(node: Any) -> Any:
-    """A config value as plain data (containers to dicts/lists, enums to strings)."""
-    if isinstance(node, DictConfig) or OmegaConf.is_list(node):
-        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-    return node.value if isinstance(node, Enum) else node
+def _get(plain: dict[str, Any], key: str) -> Any:
+    """The value at the dotted `key` of nested dicts, None where there is none."""
+    node: Any = plain
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:

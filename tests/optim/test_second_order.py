@@ -12,6 +12,7 @@ from torch import nn
 from fitting.optim.levenberg_marquardt import LevenbergMarquardt
 from fitting.optim.newton import Newton
 from fitting.optim.second_order import residual_fn_from_model
+from fitting.optim.specs import lbfgs
 from fitting.tasks.poly3_optimum import cubic_to_poly3, exact_poly3_optimum, poly3_data
 from models.ops import legendre_p3
 from models.poly3 import Poly3
@@ -32,16 +33,9 @@ def residuals(model: nn.Module, batch) -> torch.Tensor:
 
 def make_optimizer(name: str, model: nn.Module, batch, **kwargs) -> torch.optim.Optimizer:
     if name == "lbfgs":
-        # One LBFGS iteration per step() so iterations are counted like Newton's and LM's;
-        # zero tolerances: the iteration budget, not LBFGS, decides when to stop.
-        return torch.optim.LBFGS(
-            model.parameters(),
-            max_iter=1,
-            max_eval=25,
-            tolerance_grad=0.0,
-            tolerance_change=0.0,
-            line_search_fn="strong_wolfe",
-        )
+        # The app's LBFGS: one iteration per step() so iterations are counted like Newton's and
+        # LM's; zero tolerances: the iteration budget, not LBFGS, decides when to stop.
+        return lbfgs.build(lbfgs.LBFGSConfig(), model, None)
     cls = {"newton": Newton, "lm": LevenbergMarquardt}[name]
     return cls(model.parameters(), residual_fn_from_model(model, residuals, batch), **kwargs)
 

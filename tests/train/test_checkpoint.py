@@ -95,7 +95,7 @@ def test_atomic_write_keeps_the_old_checkpoint_when_interrupted(tmp_path, monkey
 @pytest.mark.parametrize(
     ("task", "optimizer"),
     [
-        ("poly3", ["optimizer.momentum=0.9", "optimizer.lr=1e-6"]),  # GradientDescent + momentum
+        ("poly3", ["optimizer.momentum=0.9", "optimizer.lr=1e-6"]),  # SGD + momentum
         ("poly3", ["optimizer=adam"]),
         ("poly3", ["optimizer=lbfgs", "optimizer.stop.patience=0"]),
         ("poly3", ["optimizer=newton", "optimizer.stop.patience=0", "dtype=float64"]),
@@ -139,6 +139,32 @@ def test_resume_refuses_another_run(overrides, message, tmp_path):
     with pytest.raises(ConfigError, match="resume=") as info:
         run(cfg, tmp_path)
     assert message in str(info.value)
+
+
+def test_resume_config_is_typed_like_a_composed_one(tmp_path):
+    """resume= rebuilds the checkpoint's config with its schemas: enums are enums, unknown keys
+    are refused, and the resumable overrides are applied."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    from fitting.config import Impl, OnNonFinite, typed_config
+    from fitting.optim.specs.adam import AdamConfig
+    from fitting.tasks.specs.mlp import MLPConfig, Target
+
+    run(make_cfg(*SMALL["mlp"], "steps=3", *QUIET), tmp_path)
+    overrides = ["steps=6", "on_nonfinite=raise", "log.every=2", f"resume={tmp_path}"]
+    cfg = checkpoint.resume_config(make_cfg(*overrides), overrides, {"task": "poly3"})
+    assert cfg.impl is Impl.custom and cfg.task.target is Target.sin
+    assert cfg.on_nonfinite is OnNonFinite["raise"]
+    assert (cfg.steps, cfg.log.every, cfg.resume) == (6, 2, str(tmp_path.resolve()))
+    assert OmegaConf.get_type(cfg.task) is MLPConfig
+    assert OmegaConf.get_type(cfg.optimizer) is AdamConfig
+    with pytest.raises(ConfigAttributeError, match="Key 'nope' not in 'MLPConfig'"):
+        cfg.task.nope = 1
+    saved = load(tmp_path)["config"]
+    assert plain_config(typed_config(saved)) == saved
+    with pytest.raises(ConfigKeyError, match="nope"):
+        typed_config({**saved, "task": {**saved["task"], "nope": 1}})
 
 
 def test_resume_elsewhere_and_without_checkpoint_are_config_errors(tmp_path):

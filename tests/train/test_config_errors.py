@@ -51,6 +51,10 @@ VALUE_ERRORS = [
      "stopped), got -1"),
     (["resume=/nonexistent/run"],
      "resume must be a run dir holding checkpoint.pt, got '/nonexistent/run' (no such dir)"),
+    # A key the chosen option does not use is refused, not ignored.
+    (["optimizer=lbfgs", "optimizer.lr=1"],
+     "config error: optimizer.lr must not be set for optimizer=lbfgs: lbfgs, newton and lm "
+     "take no learning rate, got 1.0"),
 ]
 
 
@@ -132,6 +136,12 @@ def test_the_defaults_are_valid(task, optimizer):
         (["optimizer=newton", "optimizer.factor=1"], "optimizer.factor must be > 1, got 1.0"),
         (["optimizer=lm", "optimizer.damping=0"], "optimizer.damping must be > 0 (and finite)"),
         (["optimizer=lm", "optimizer.stop.rtol=-1"], "optimizer.stop.rtol must be >= 0"),
+        (["optimizer=newton", "optimizer.lr=0.1"],
+         "optimizer.lr must not be set for optimizer=newton: lbfgs, newton and lm take no "
+         "learning rate, got 0.1"),
+        (["optimizer=lm", "optimizer.lr=1e-3"], "optimizer.lr must not be set for optimizer=lm"),
+        (["optimizer.name=fast"],
+         "optimizer.name must be one of sgd, adam, lbfgs, newton, lm, got 'fast'"),
         (["seed=-9223372036854775809"], "seed must be an integer in [-2**63, 2**64)"),
         (["threads=-1"], "threads must be >= 0"),
         (["task.x_min=1", "task.x_max=0"], "task.x_min < task.x_max, got x_min=1.0, x_max=0.0"),
@@ -147,3 +157,26 @@ def test_validate_names_key_value_and_range(overrides, message):
     with pytest.raises(ConfigError) as info:
         validate(make_cfg(*overrides))
     assert message in str(info.value)
+
+
+def test_validate_answers_without_importing_torch():
+    """The schemas and every spec's checks load without torch: a config error (and --help)
+    answers before torch's import."""
+    code = (
+        "import sys\n"
+        "from hydra import compose, initialize_config_dir\n"
+        "import fitting.config\n"
+        "from fitting.train.validate import ConfigError, validate\n"
+        f"with initialize_config_dir(config_dir={str(REPO / 'conf')!r}, version_base='1.3'):\n"
+        "    for task in ('poly3', 'mlp', 'cnn'):\n"
+        "        for opt in ('sgd', 'adam', 'lbfgs', 'newton', 'lm'):\n"
+        "            validate(compose('config', overrides=[f'task={task}', f'optimizer={opt}']))\n"
+        "    try:\n"
+        "        validate(compose('config', overrides=['steps=0']))\n"
+        "    except ConfigError as err:\n"
+        "        print(err)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    proc = train("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "steps must be >= 1, got 0\nFalse\n"

@@ -1,0 +1,1 @@
+"""One module per optimizer option (optimizer=<name>): its schema, checks, builder and hooks."""

@@ -1,0 +1,1 @@
+"""One module per task option (task=<name>): its schema, checks and builder."""
