@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import warnings
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -20,8 +21,17 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from fitting.train.checkpoint_errors import (
+    check_config,
+    check_model,
+    check_payload,
+    does_not_fit,
+    unreadable,
+)
 from fitting.train.validate import CHECKPOINT, ConfigError
 
+# The payload's layout: bump it when the payload changes (its keys, LoopState's fields, the
+# config's keys), so that an older checkpoint is refused in one line, not with a KeyError.
 FORMAT = 1
 # Keys a resumed run may change: how long it runs, what it logs, how it saves, threads, and
 # what a non-finite loss does. Anything else would make it a different run.
@@ -88,21 +98,45 @@ def save_atomic(payload: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def load(run_dir: str | Path) -> dict[str, Any]:
-    """The checkpoint of `run_dir`, on the CPU, read with weights_only=True."""
-    return torch.load(Path(run_dir) / CHECKPOINT, map_location="cpu", weights_only=True)
+class Payload(dict):
+    """A checkpoint's contents and `path`, the file they were read from (for its errors)."""
+
+    path: Path
+
+
+def load(run_dir: str | Path) -> Payload:
+    """The checkpoint of `run_dir`, on the CPU, read with weights_only=True; CheckpointError
+    (one line) when it is not a checkpoint of this version of the app. The file is only read."""
+    path = Path(run_dir) / CHECKPOINT
+    try:
+        with warnings.catch_warnings():  # e.g. torch on a foreign file's pickle protocol
+            warnings.simplefilter("ignore")
+            raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises EOFError, OSError, RuntimeError, UnpicklingError...
+        raise unreadable(path, err) from err
+    check_payload(raw, path, FORMAT)
+    payload = Payload(raw)
+    payload.path = path
+    return payload
 
 
 def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> LoopState:
-    """Put model, optimizer, data order and RNGs back as saved; return the loop's state."""
-    task.model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
-    generator = getattr(task, "generator", None)
-    if generator is not None:
-        generator.set_state(payload["task"]["generator"])
-    set_rng_states(payload["rng"])
-    loop = payload["loop"]
-    return LoopState(**dict(loop, step_ms=loop["step_ms"].tolist()))
+    """Put model, optimizer, data order and RNGs back as saved; return the loop's state.
+
+    CheckpointError when the checkpoint does not fit the task's model or this version's state."""
+    path = getattr(payload, "path", Path(CHECKPOINT))
+    check_model(payload["model"], task.model.state_dict(), task.name, path)
+    try:
+        task.model.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        generator = getattr(task, "generator", None)
+        if generator is not None:
+            generator.set_state(payload["task"]["generator"])
+        set_rng_states(payload["rng"])
+        loop = payload["loop"]
+        return LoopState(**dict(loop, step_ms=loop["step_ms"].tolist()))
+    except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise does_not_fit(path, task.name, err) from err
 
 
 def task_state(task: Any) -> dict[str, Any]:
@@ -163,9 +197,6 @@ def differences(now: dict[str, Any], saved: dict[str, Any]) -> list[str]:
 def check_resumable(payload: dict[str, Any], cfg: DictConfig, run_dir: Path) -> None:
     """Refuse (ConfigError) a checkpoint of another run, of a finished or diverged one, or one
     already at or past `cfg.steps`."""
-    if payload.get("format") != FORMAT:
-        raise ConfigError(f"resume={run_dir}: checkpoint format {payload.get('format')!r}, "
-                          f"this version reads format {FORMAT}")
     diff = differences(plain_config(cfg), payload["config"])
     if diff:
         raise ConfigError(
@@ -197,7 +228,9 @@ def resume_config(cfg: DictConfig, overrides: list[str], choices: dict[str, Any]
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     run_dir = Path(cfg.resume).expanduser().resolve()
-    saved = load(run_dir)["config"]
+    payload = load(run_dir)
+    saved = payload["config"]
+    check_config(saved, cfg, payload.path)
     out = OmegaConf.create(saved)
     differ = []
     for override in OverridesParser.create().parse_overrides(overrides):
