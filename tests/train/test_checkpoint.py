@@ -85,7 +85,7 @@ def test_atomic_write_keeps_the_old_checkpoint_when_interrupted(tmp_path, monkey
     save_atomic({"step": 1}, path)
 
     def dies_midway(obj, f, *args, **kwargs):
-        Path(f).write_bytes(b"PK\x03\x04 half a zip")
+        f.write(b"PK\x03\x04 half a zip")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(torch, "save", dies_midway)
