@@ -36,6 +36,9 @@ def main(cfg: DictConfig) -> float:
             from fitting.train.checkpoint import resume_config
 
             cfg = resume_config(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices)
+        from fitting.train.write_errors import raise_log_write_errors
+
+        raise_log_write_errors()  # train.log failing to write stops the run as any other write
         from fitting.train.run import run  # validates cfg before torch loads
 
         loss = run(cfg, hydra_cfg.runtime.output_dir)
@@ -43,11 +46,14 @@ def main(cfg: DictConfig) -> float:
         fail(f"config error: {err}", CONFIG_ERROR_EXIT, multirun)
     except Exception as err:
         from fitting.train.signals import Interrupted, RunStopped
+        from fitting.train.write_errors import WriteFailed, write_failure
 
+        err = write_failure(err, hydra_cfg.runtime.output_dir) or err
         if not isinstance(err, RunStopped):
             raise  # a bug: Hydra prints its traceback
-        # An interrupted sweep stops (that is what Ctrl-C asks); a diverged job fails alone.
-        fail(str(err), err.exit_code, multirun and not isinstance(err, Interrupted))
+        # An interrupted sweep stops (that is what Ctrl-C asks), and so does one that cannot
+        # write (the next jobs would not either); a diverged job fails alone.
+        fail(str(err), err.exit_code, multirun and not isinstance(err, (Interrupted, WriteFailed)))
     if multirun:
         sweep_dir = Path(hydra_cfg.sweep.dir).resolve()
         log.info("all jobs of the sweep: tensorboard --logdir %s", sweep_dir)
@@ -61,8 +67,11 @@ def fail(message: str, exit_code: int, job_only: bool) -> None:
     for handler in logging.getLogger().handlers:
         # The console handler writes to stdout: the message goes to stderr instead, once.
         if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-            handler.flush()
+            try:
+                handler.handle(record)
+                handler.flush()
+            except OSError:  # the log file is what could not be written: stderr has it
+                pass
     print(message, file=sys.stderr, flush=True)
     if job_only:
         raise JobFailed(message)

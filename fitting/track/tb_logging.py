@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fitting.track.thread_errors import writer_threads
+
 if TYPE_CHECKING:
     from fitting.track.figures import FigureSpec
 
@@ -45,9 +47,10 @@ class TBLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(log_dir)
-        self.writer = SummaryWriter(
-            log_dir=str(self.log_dir), max_queue=1000, purge_step=purge_step
-        )
+        with writer_threads(self.log_dir):  # a failed write is raised here, not printed there
+            self.writer = SummaryWriter(
+                log_dir=str(self.log_dir), max_queue=1000, purge_step=purge_step
+            )
         self._summary = Summary
         self._pending: list[tuple[int, float, dict[str, float]]] = []
         self._last_flush = time.monotonic()

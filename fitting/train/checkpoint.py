@@ -8,9 +8,12 @@ weights_only=True)` reads it without running code from the file.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
 import random
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +23,17 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fitting.config import typed_config
+from fitting.train.checkpoint_errors import (
+    check_config,
+    check_model,
+    check_payload,
+    does_not_fit,
+    unreadable,
+)
 from fitting.train.validate import CHECKPOINT, ConfigError, resume_problem
 
+# The payload's layout: bump it when the payload changes (its keys, LoopState's fields, the
+# config's keys), so that an older checkpoint is refused in one line, not with a KeyError.
 FORMAT = 1
 # Keys a resumed run may change: how long it runs, what it logs, how it saves, threads, and
 # what a non-finite loss does. Anything else would make it a different run.
@@ -76,33 +88,70 @@ class Checkpointer:
 
 
 def save_atomic(payload: dict[str, Any], path: Path) -> None:
-    """torch.save to `path` + '.tmp' in the same dir, then rename over `path`: a kill at any
-    moment leaves the previous checkpoint or the new one, never a torn file.
+    """torch.save into memory, written to `path` + '.tmp' in the same dir, then renamed over
+    `path`: a kill or a failed write (OSError naming the file, e.g. a full disk) at any moment
+    leaves the previous checkpoint or the new one, never a torn file.
 
     No fsync: it made a write ~10x slower here (~1 ms to 5-15 ms) and only guards against an
     OS crash, not against the killed or interrupted runs this is for."""
     # Tensors rather than long lists of numbers (step_ms, RNG states): pickling each number
     # made a write ~4x slower.
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    # Serialized in memory first: torch.save to a file reports a full disk as a RuntimeError
+    # without the OS error; a plain write raises OSError naming the file.
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):  # no torn file left behind, and its space back
+            tmp.unlink(missing_ok=True)
+        if err.filename is None:
+            err.filename = str(tmp)
+        raise
 
 
-def load(run_dir: str | Path) -> dict[str, Any]:
-    """The checkpoint of `run_dir`, on the CPU, read with weights_only=True."""
-    return torch.load(Path(run_dir) / CHECKPOINT, map_location="cpu", weights_only=True)
+class Payload(dict):
+    """A checkpoint's contents and `path`, the file they were read from (for its errors)."""
+
+    path: Path
+
+
+def load(run_dir: str | Path) -> Payload:
+    """The checkpoint of `run_dir`, on the CPU, read with weights_only=True; CheckpointError
+    (one line) when it is not a checkpoint of this version of the app. The file is only read."""
+    path = Path(run_dir) / CHECKPOINT
+    try:
+        with warnings.catch_warnings():  # e.g. torch on a foreign file's pickle protocol
+            warnings.simplefilter("ignore")
+            raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises EOFError, OSError, RuntimeError, UnpicklingError...
+        raise unreadable(path, err) from err
+    check_payload(raw, path, FORMAT)
+    payload = Payload(raw)
+    payload.path = path
+    return payload
 
 
 def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> LoopState:
-    """Put model, optimizer, data order and RNGs back as saved; return the loop's state."""
-    task.model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
-    generator = getattr(task, "generator", None)
-    if generator is not None:
-        generator.set_state(payload["task"]["generator"])
-    set_rng_states(payload["rng"])
-    loop = payload["loop"]
-    return LoopState(**dict(loop, step_ms=loop["step_ms"].tolist()))
+    """Put model, optimizer, data order and RNGs back as saved; return the loop's state.
+
+    CheckpointError when the checkpoint does not fit the task's model or this version's state."""
+    path = getattr(payload, "path", Path(CHECKPOINT))
+    check_model(payload["model"], task.model.state_dict(), task.name, path)
+    try:
+        task.model.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        generator = getattr(task, "generator", None)
+        if generator is not None:
+            generator.set_state(payload["task"]["generator"])
+        set_rng_states(payload["rng"])
+        loop = payload["loop"]
+        return LoopState(**dict(loop, step_ms=loop["step_ms"].tolist()))
+    except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise does_not_fit(path, task.name, err) from err
 
 
 def task_state(task: Any) -> dict[str, Any]:
@@ -163,9 +212,6 @@ def differences(now: dict[str, Any], saved: dict[str, Any]) -> list[str]:
 def check_resumable(payload: dict[str, Any], cfg: DictConfig, run_dir: Path) -> None:
     """Refuse (ConfigError) a checkpoint of another run, of a finished or diverged one, or one
     already at or past `cfg.steps`."""
-    if payload.get("format") != FORMAT:
-        raise ConfigError(f"resume={run_dir}: checkpoint format {payload.get('format')!r}, "
-                          f"this version reads format {FORMAT}")
     diff = differences(plain_config(cfg), payload["config"])
     if diff:
         raise ConfigError(
@@ -201,7 +247,9 @@ def resume_config(cfg: DictConfig, overrides: list[str], choices: dict[str, Any]
     if problem:
         raise ConfigError(problem)
     run_dir = Path(cfg.resume).expanduser().resolve()
-    saved = load(run_dir)["config"]
+    payload = load(run_dir)
+    saved = payload["config"]
+    check_config(saved, payload.path)
     out, given = typed_config(saved), plain_config(cfg)
     differ = []
     for override in OverridesParser.create().parse_overrides(overrides):

@@ -17,6 +17,9 @@ from fitting.track.tb_logging import grad_norm
 # Exit status of a run stopped by a non-finite loss or gradient (2 is a config error, 128+N a
 # signal, as shells report them).
 DIVERGED_EXIT = 3
+# Exit status of a run that could not write to its run dir (disk full, dir gone or read-only):
+# EX_IOERR of sysexits.h.
+WRITE_FAILED_EXIT = 74
 
 
 class RunStopped(Exception):

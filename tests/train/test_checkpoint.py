@@ -14,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.train import checkpoint
 from fitting.train.checkpoint import load, plain_config, save_atomic
+from fitting.train.checkpoint_errors import CheckpointError
 from fitting.train.run import run
 from fitting.train.validate import ConfigError
 
@@ -73,8 +74,10 @@ def test_weights_only_load_refuses_code(tmp_path):
 
     path = tmp_path / "checkpoint.pt"
     torch.save({"format": 1, "x": Evil()}, path)
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+    with pytest.raises(CheckpointError, match="not loaded") as info:
         load(tmp_path)
+    assert isinstance(info.value.__cause__, pickle.UnpicklingError)
+    assert "Weights only load failed" in str(info.value.__cause__)
 
 
 def test_atomic_write_keeps_the_old_checkpoint_when_interrupted(tmp_path, monkeypatch):
@@ -82,7 +85,7 @@ def test_atomic_write_keeps_the_old_checkpoint_when_interrupted(tmp_path, monkey
     save_atomic({"step": 1}, path)
 
     def dies_midway(obj, f, *args, **kwargs):
-        Path(f).write_bytes(b"PK\x03\x04 half a zip")
+        f.write(b"PK\x03\x04 half a zip")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(torch, "save", dies_midway)

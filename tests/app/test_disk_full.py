@@ -1,0 +1,204 @@
+"""A real `python train.py` whose run dir fills up (a 300 KB tmpfs, or writes that fail with
+ENOSPC past 300 KB where the test cannot mount one) or becomes unwritable mid-run (removed,
+replaced by a file, read-only): one line on stderr naming the path and the OS's reason, exit 74,
+no traceback from any thread, and the last good checkpoint intact and resumable."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fitting.train.checkpoint import load
+from fitting.train.signals import WRITE_FAILED_EXIT
+
+REPO = Path(__file__).resolve().parents[2]
+FULL_DISK_HELPER = REPO / "tests" / "helpers" / "full_disk"  # its sitecustomize.py
+LONG_RUN = ["steps=100000", "log.every=1", "ckpt.every=50", "log.figure_every=0"]
+ROOT = os.geteuid() == 0
+
+pytestmark = pytest.mark.slow
+
+
+def env() -> dict[str, str]:
+    """The environment without HYDRA_FULL_ERROR."""
+    return {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+
+
+@dataclass
+class Disk:
+    """A dir on a disk that fills up for processes run with `env`; `free()` makes room."""
+
+    dir: Path
+    env: dict[str, str]
+    free: Callable[[], None]
+
+
+@pytest.fixture(params=["tmpfs", "injected"])
+def full_disk(request, tmp_path) -> Iterator[Disk]:
+    """A 300 KB disk: a tmpfs (root only: CI runs as root, and must not skip it) or, anywhere,
+    sitecustomize making writes under the dir fail with ENOSPC past 300 KB."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if request.param == "tmpfs":
+        if not ROOT:
+            pytest.skip("mounting a tmpfs needs root; the injected case runs here instead")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(where)],
+                       check=True)
+        try:
+            yield Disk(where, env(), lambda: subprocess.run(
+                ["mount", "-o", "remount,size=20m", str(where)], check=True))
+        finally:
+            subprocess.run(["umount", str(where)], check=True)
+        return
+    path = os.pathsep.join(filter(None, [str(FULL_DISK_HELPER), os.environ.get("PYTHONPATH")]))
+    disk = Disk(where, env() | {"PYTHONPATH": path, "FULL_DISK_DIR": str(where),
+                                "FULL_DISK_BYTES": str(300_000)}, lambda: None)
+    disk.free = lambda: setattr(disk, "env", env())
+    yield disk
+
+
+def one_line(proc: subprocess.CompletedProcess | tuple[str, str]) -> str:
+    """The process's only line on stderr, after checking that no thread printed a traceback."""
+    out, err = (proc.stdout, proc.stderr) if hasattr(proc, "stdout") else proc
+    for noise in ("Traceback", "Exception in thread", "Logging error", "Error executing job"):
+        assert noise not in out + err, err
+    assert err.count("\n") == 1, err
+    return err.strip()
+
+
+def resume(command: str, steps: int, run_env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run the printed `python train.py resume=...` command with `steps=`."""
+    python, script, *args = shlex.split(command)
+    assert (python, script) == ("python", "train.py")
+    return subprocess.run([sys.executable, script, *args, f"steps={steps}"], cwd=REPO,
+                          env=run_env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_full_disk_is_one_line_and_the_run_continues_once_freed(full_disk):
+    run_dir = full_disk.dir / "run"
+    proc = subprocess.run(
+        [sys.executable, "train.py", *LONG_RUN, f"hydra.run.dir={run_dir}"],
+        cwd=REPO, env=full_disk.env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == WRITE_FAILED_EXIT == 74, proc.stderr
+    line = one_line(proc)
+    match = re.fullmatch(
+        rf"could not write {re.escape(str(run_dir))}/\S+: No space left on device; the last "
+        rf"good checkpoint {re.escape(str(run_dir / 'checkpoint.pt'))} \(after step (\d+)\) "
+        r"is intact; once there is free space, continue with: (python train\.py resume=\S+)",
+        line,
+    )
+    assert match, line
+    step = int(match[1])
+    assert step > 0 and step % 50 == 0
+    assert load(run_dir)["step"] == step
+    assert not (run_dir / "checkpoint.pt.tmp").exists()
+
+    full_disk.free()
+    resumed = resume(match[2], step + 100, full_disk.env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load(run_dir)["step"] == step + 100
+
+
+def run_and_break(run_dir: Path, act: Callable[[Path], None]) -> tuple[int, str, str]:
+    """Start a long run, `act` on its run dir once its first checkpoint exists; exit status,
+    stdout and stderr."""
+    out, err = run_dir.parent / "out", run_dir.parent / "err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "train.py", *LONG_RUN, f"hydra.run.dir={run_dir}"],
+            cwd=REPO, env=env(), stdout=stdout, stderr=stderr,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not (run_dir / "checkpoint.pt").exists():
+                assert proc.poll() is None, err.read_text()
+                assert time.monotonic() < deadline, "no checkpoint within 120 s"
+                time.sleep(0.02)
+            act(run_dir)
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return code, out.read_text(), err.read_text()
+
+
+def remove(run_dir: Path) -> None:
+    """rm -rf the run dir (the run may add a file meanwhile: try again)."""
+    while run_dir.exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def replace(run_dir: Path) -> None:
+    """Remove the run dir and put a file in its place."""
+    remove(run_dir)
+    run_dir.write_text("not a dir\n")
+
+
+GONE = "no checkpoint is left to resume from: run the same command again to start afresh"
+
+
+@pytest.mark.parametrize(
+    ("act", "reason"),
+    [
+        (remove, "No such file or directory (the run dir {dir} is gone); " + GONE),
+        (replace, "Not a directory (the run dir {dir} is no longer a directory); " + GONE),
+    ],
+)
+def test_a_run_dir_gone_mid_run_is_one_line(act, reason, tmp_path):
+    run_dir = tmp_path / "run"
+    code, out, err = run_and_break(run_dir, act)
+    assert code == WRITE_FAILED_EXIT, err
+    line = one_line((out, err))
+    prefix = f"could not write {run_dir}/"
+    assert line.startswith(prefix) and "/" not in line[len(prefix):].split(":")[0], line
+    assert line.split(": ", 1)[1] == reason.format(dir=run_dir), line
+
+
+def test_a_read_only_run_dir_is_one_line_and_the_run_continues_once_writable(tmp_path):
+    """Read-only as root (who ignores permissions): a read-only bind mount of the run dir;
+    otherwise chmod."""
+    run_dir = tmp_path / "run"
+
+    def read_only(path: Path) -> None:
+        if ROOT:
+            subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+        else:
+            path.chmod(0o555)
+
+    try:
+        code, out, err = run_and_break(run_dir, read_only)
+    finally:
+        if ROOT:
+            subprocess.run(["umount", str(run_dir)], check=False)
+        else:
+            run_dir.chmod(0o755)
+    assert code == WRITE_FAILED_EXIT, err
+    line = one_line((out, err))
+    why = "Read-only file system" if ROOT else "Permission denied"
+    match = re.fullmatch(
+        rf"could not write {re.escape(str(run_dir))}/\S+: {why}; the last good checkpoint "
+        rf"{re.escape(str(run_dir / 'checkpoint.pt'))} \(after step (\d+)\) is intact; once "
+        rf"{re.escape(str(run_dir))} is writable again, continue with: "
+        r"(python train\.py resume=\S+)",
+        line,
+    )
+    assert match, line
+    step = int(match[1])
+    assert load(run_dir)["step"] == step > 0
+
+    resumed = resume(match[2], step + 100, env())
+    assert resumed.returncode == 0, resumed.stderr
+    assert load(run_dir)["step"] == step + 100
