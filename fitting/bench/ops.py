@@ -12,6 +12,8 @@ from torch.utils.benchmark import Timer
 from models.ops import legendre_p3, linear, relu, saved_tensor_bytes
 
 ROUNDS = 3  # alternate custom/builtin measurements so drift hits both sides alike
+ROWS, FEATURES = 1024, 512  # relu's input and linear's x (ROWS x FEATURES) @ FEATURES²
+P3_SIZE = 1_000_000
 
 
 def fwd_bwd_ms(fn: Callable, inputs: list[torch.Tensor], min_run_time: float) -> float:
@@ -70,14 +72,14 @@ def bench_ops(device: torch.device, quick: bool = False) -> list[dict]:
     """Rows for linear, relu and legendre_p3 at the sizes the targets name, plus small sizes."""
     t = 0.1 if quick else 0.3
     kw = {"device": device, "dtype": torch.float32}
-    x = torch.randn(1024, 512, **kw, requires_grad=True)
-    w = torch.randn(512, 512, **kw, requires_grad=True)
-    b = torch.randn(512, **kw, requires_grad=True)
+    x = torch.randn(ROWS, FEATURES, **kw, requires_grad=True)
+    w = torch.randn(FEATURES, FEATURES, **kw, requires_grad=True)
+    b = torch.randn(FEATURES, **kw, requires_grad=True)
     rows = [
         compare("linear 1024x512 @ 512x512", linear, F.linear, [x, w, b], "time <= 1.05x", t),
         compare("relu 1024x512", relu, F.relu, [x], "time <= 1.6x, bytes <= 0.25x", t),
     ]
-    for n in (2_000, 1_000_000):
+    for n in (2_000, P3_SIZE):
         p = torch.randn(n, **kw, requires_grad=True)
         rows.append(
             compare(f"legendre_p3 {n:,} vs eager", legendre_p3, _eager_p3, [p], "time <= 1.0x", t)
