@@ -44,3 +44,17 @@ def test_every_custom_task_model_saves_no_more_than_the_builtin():
         ratios[task] = saved["custom"] / saved["builtin"]
     assert ratios["poly3"] <= 1.0 and ratios["mlp"] <= 1.0
     assert ratios["cnn"] < 0.74  # the mask-saving ReLU's cnn saved 0.74x
+
+
+def test_bench_reports_bytes_inside_the_models(one_thread):
+    from fitting.bench.ops import bench_in_models
+
+    rows = {r["name"].split(",")[0]: r for r in bench_in_models(CPU, t=0.005, quick=True)}
+    relu_row = rows["relu in mlp (bytes: added to the model)"]
+    assert (relu_row["custom_bytes"], relu_row["builtin_bytes"], relu_row["bytes_ratio"]) == (0, 0, 1.0)
+    masked = rows["relu_masked in mlp (bytes: added to the model)"]
+    assert (masked["custom_bytes"], masked["builtin_bytes"]) == (2 * 256 * 64, 0)
+    assert rows["conv_bn in cnn (bytes: added to the model)"]["bytes_ratio"] < 0.25
+    assert rows["mlp model"]["bytes_ratio"] == rows["poly3 model"]["bytes_ratio"] == 1.0
+    assert rows["cnn model"]["bytes_ratio"] < 0.74
+    assert all(r["custom_ms"] > 0 and r["builtin_ms"] > 0 for r in rows.values())
