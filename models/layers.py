@@ -61,7 +61,7 @@ class Linear(nn.Module):
 
 
 class ReLU(nn.Module):
-    """Drop-in for nn.ReLU running the mask-saving custom op."""
+    """Drop-in for nn.ReLU running the custom op (saves its output, shared with the next layer)."""
 
     def __init__(self, impl: str = "custom") -> None:
         super().__init__()

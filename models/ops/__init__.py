@@ -8,5 +8,6 @@ from .legendre_numpy import LegendreP3NumPy, legendre_p3_numpy
 from .linear import LinearFn, linear, linear_builtin
 from .memory import SavedBytes, saved_tensor_bytes
 from .mul_constant import MulConstant, mul_constant
-from .relu import ReLUFn, relu
+from .relu import ReLUFn, relu_masked
+from .relu_output import ReLUOutputFn, relu
 from .scalar_tensor import ScalarTensor

@@ -1,4 +1,5 @@
-"""ReLU that saves a 1-byte mask for backward instead of a float tensor."""
+"""ReLU that saves a 1-byte mask for backward (`relu_masked`): for places where nothing after
+it saves the output, since a model keeps that shared output anyway (see relu_output.py)."""
 
 from __future__ import annotations
 
@@ -66,10 +67,10 @@ def _apply_mask(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return mask.to(bits).bitwise_and_(t.view(bits)).view(t.dtype)
 
 
-def relu(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
-    """max(x, 0) elementwise; impl='builtin' is torch.relu."""
-    check_float_tensor("relu", "x", x)
+def relu_masked(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
+    """max(x, 0) elementwise, saving a 1-byte mask; impl='builtin' is torch.relu."""
+    check_float_tensor("relu_masked", "x", x)
     if impl == "custom":
         return (_ReLUFnNoJvp if torch.compiler.is_compiling() else ReLUFn).apply(x)
-    check_impl("relu", impl)
+    check_impl("relu_masked", impl)
     return torch.relu(x)

@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from models.ops import legendre_p3, linear, relu, saved_tensor_bytes
+from models.ops import legendre_p3, linear, relu, relu_masked, saved_tensor_bytes
 
 
 def test_counts_each_storage_once():
@@ -25,10 +25,10 @@ def test_nothing_saved_without_grad():
     assert saved.bytes == 0 and saved.tensors == 0
 
 
-def test_relu_saves_a_quarter_of_builtin(device):
+def test_relu_masked_saves_a_quarter_of_builtin(device):
     x = torch.randn(1024, 64, device=device, requires_grad=True)
     with saved_tensor_bytes() as custom:
-        relu(x)
+        relu_masked(x)
     with saved_tensor_bytes() as builtin:
         F.relu(x)
     assert builtin.bytes == x.numel() * 4
@@ -66,3 +66,21 @@ def test_eager_legendre_expression_saves_exactly_its_input_too():
         legendre_p3(x)
     assert eager.tensors == custom.tensors == 1
     assert eager.bytes == custom.bytes == x.nbytes
+
+
+def test_relu_saves_its_output_which_the_next_linear_shares(device):
+    """relu saves as much as F.relu alone, but inside Linear → ReLU → Linear it adds nothing:
+    the next Linear saves the same output tensor, and a storage counts once. relu_masked's
+    1-byte mask comes on top of that shared output."""
+    x = torch.randn(256, 64, device=device, requires_grad=True)
+    w = torch.randn(32, 64, device=device, requires_grad=True)
+    with saved_tensor_bytes() as alone:
+        relu(x)
+    assert alone.bytes == x.nbytes
+    totals = {}
+    for name, fn in (("relu", relu), ("relu_masked", relu_masked), ("builtin", F.relu)):
+        with saved_tensor_bytes() as saved:
+            F.linear(fn(x), w)
+        totals[name] = saved.bytes
+    assert totals["relu"] == totals["builtin"] == x.nbytes + w.nbytes
+    assert totals["relu_masked"] == totals["builtin"] + x.numel()

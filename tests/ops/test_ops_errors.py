@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from models.layers import Linear, ReLU
-from models.ops import cube, legendre_p3, linear, mul_constant, relu
+from models.ops import cube, legendre_p3, linear, mul_constant, relu, relu_masked
 
 IMPLS = ["custom", "builtin"]
 
@@ -14,7 +14,7 @@ IMPLS = ["custom", "builtin"]
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize(
     ("name", "fn"),
-    [("legendre_p3", legendre_p3), ("relu", relu), ("cube", cube)],
+    [("legendre_p3", legendre_p3), ("relu", relu), ("relu_masked", relu_masked), ("cube", cube)],
 )
 def test_unary_rejects_integer_and_non_tensor(name, fn, impl):
     with pytest.raises(TypeError, match=rf"{name}: x must have a floating-point dtype \(float16, bfloat16, float32, float64\), got torch.int64"):
@@ -23,7 +23,9 @@ def test_unary_rejects_integer_and_non_tensor(name, fn, impl):
         fn([1.0, 2.0], impl=impl)
 
 
-@pytest.mark.parametrize(("name", "fn"), [("legendre_p3", legendre_p3), ("relu", relu)])
+@pytest.mark.parametrize(
+    ("name", "fn"), [("legendre_p3", legendre_p3), ("relu", relu), ("relu_masked", relu_masked)]
+)
 def test_unknown_impl(name, fn):
     with pytest.raises(ValueError, match=rf"{name}: impl must be one of \('custom', 'builtin'\), got 'fast'"):
         fn(torch.randn(2), impl="fast")

@@ -4,12 +4,13 @@ import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
 
-from models.ops import MulConstant, cube, legendre_p3, linear, mul_constant, relu
+from models.ops import MulConstant, cube, legendre_p3, linear, mul_constant, relu, relu_masked
 
 SHAPES = [(7,), (3, 5), (2, 3, 4)]
 UNARY = {
     "legendre_p3": legendre_p3,
     "relu": relu,
+    "relu_masked": relu_masked,
     "cube": cube,
     "mul_constant": lambda x: mul_constant(x, -2.5),
 }

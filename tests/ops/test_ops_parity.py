@@ -3,11 +3,12 @@
 import pytest
 import torch
 
-from models.ops import cube, legendre_p3, linear, mul_constant, relu
+from models.ops import cube, legendre_p3, linear, mul_constant, relu, relu_masked
 
 UNARY = {
     "legendre_p3": legendre_p3,
     "relu": relu,
+    "relu_masked": relu_masked,
     "cube": cube,
     "mul_constant": lambda x, impl: mul_constant(x, 0.7, impl),
 }
@@ -58,7 +59,8 @@ def test_linear_matches_builtin(dtype, x_shape, with_bias, device):
         torch.testing.assert_close(gc, gb, **TOL[dtype])
 
 
-def test_relu_nan_and_signed_zero_follow_builtin():
+@pytest.mark.parametrize("relu", [relu, relu_masked])
+def test_relu_nan_and_signed_zero_follow_builtin(relu):
     x = torch.tensor([float("nan"), -0.0, 0.0, -1.0, 2.0], requires_grad=True)
     y = relu(x)
     y.backward(torch.ones(5))

@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch.func import hessian, jacfwd, jacrev, vmap
 
-from models.ops import cube, legendre_p3, linear, relu
+from models.ops import cube, legendre_p3, linear, relu, relu_masked
 
-OPS = {"legendre_p3": legendre_p3, "relu": relu, "cube": cube}
+OPS = {"legendre_p3": legendre_p3, "relu": relu, "relu_masked": relu_masked, "cube": cube}
 
 
 @pytest.mark.parametrize("name", OPS)

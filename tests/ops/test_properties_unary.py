@@ -21,6 +21,7 @@ from models.ops import (
     linear,
     mul_constant,
     relu,
+    relu_masked,
 )
 from tests.helpers.property_checks import (
     OP,
@@ -89,6 +90,7 @@ UNARY = {
     "legendre_p3_numpy": (legendre_p3_numpy, lambda x: 0.5 * (5 * x**3 + 3 * x), False),
     "cube": (cube, lambda x: x**3, True),
     "relu": (relu, None, True),
+    "relu_masked": (relu_masked, None, True),
     "mul_constant": (mul_constant, None, True),
 }
 
@@ -147,7 +149,7 @@ FLOAT8 = torch.float8_e4m3fn
 
 
 @pytest.mark.parametrize(
-    "name", ["legendre_p3", "legendre_p3_numpy", "cube", "relu", "mul_constant", OP]
+    "name", ["legendre_p3", "legendre_p3_numpy", "cube", "relu", "relu_masked", "mul_constant", OP]
 )
 def test_float8_rejected_clearly(name):
     x = torch.zeros(2, 3, 4, 4).to(FLOAT8)
@@ -156,6 +158,7 @@ def test_float8_rejected_clearly(name):
         "legendre_p3_numpy": lambda impl: legendre_p3_numpy(x, impl=impl),
         "cube": lambda impl: cube(x, impl=impl),
         "relu": lambda impl: relu(x, impl=impl),
+        "relu_masked": lambda impl: relu_masked(x, impl=impl),
         "mul_constant": lambda impl: mul_constant(x, 2.0, impl=impl),
         OP: lambda impl: fused_conv_bn2d(
             x, torch.zeros(2, 3, 1, 1).to(FLOAT8), training=True, impl=impl
@@ -166,7 +169,8 @@ def test_float8_rejected_clearly(name):
             calls[name](impl)
 
 
-def test_relu_backward_non_finite_grad_where_inactive():
+@pytest.mark.parametrize("relu", [relu, relu_masked])
+def test_relu_backward_non_finite_grad_where_inactive(relu):
     """Found by the unary property (fixed in c4b282c): a nan/inf incoming gradient where
     x <= 0 gives 0 like torch.relu's, not nan (0·inf) as multiplying by the mask did."""
     x = torch.tensor([-1.0, -2.0, 3.0, -0.0], requires_grad=True)
@@ -189,6 +193,7 @@ def test_mul_constant_real_numbers(c):
 
 SPARSE_CALLS = {
     "relu": lambda x, impl: relu(x, impl=impl),
+    "relu_masked": lambda x, impl: relu_masked(x, impl=impl),
     "legendre_p3": lambda x, impl: legendre_p3(x, impl=impl),
     "cube": lambda x, impl: cube(x, impl=impl),
     "mul_constant": lambda x, impl: mul_constant(x, 2.0, impl=impl),

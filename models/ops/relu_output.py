@@ -1,0 +1,53 @@
+"""ReLU that saves its output for backward: the tensor the next layer saves anyway."""
+
+from __future__ import annotations
+
+import torch
+
+from ._checks import check_float_tensor, check_impl
+from ._function import Function, forward_ad_active, without_jvp
+
+
+class ReLUOutputFn(Function):
+    """max(x, 0); saves its output, which backward thresholds exactly as F.relu's does.
+
+    Alone it saves as many bytes as F.relu. Inside a model it usually adds none: the layer
+    after it (Linear, conv, max-pool) saves the same tensor, and a storage is kept once.
+    `relu_masked` saves a 1-byte mask instead, which comes on top of that shared output.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x.clamp_min(0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(output)
+        if forward_ad_active():
+            ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (out,) = ctx.saved_tensors
+        # F.relu's own backward kernel: grad where out > 0, else +0.0 (also for inf/NaN grads),
+        # and itself differentiable in grad for double backward.
+        return torch.ops.aten.threshold_backward(grad, out, 0)
+
+    @staticmethod
+    def jvp(ctx, x_tangent: torch.Tensor) -> torch.Tensor:
+        (out,) = ctx.saved_tensors
+        return torch.ops.aten.threshold_backward(x_tangent, out, 0)
+
+
+_ReLUOutputFnNoJvp = without_jvp(ReLUOutputFn)
+
+
+def relu(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
+    """max(x, 0) elementwise, saving its output for backward; impl='builtin' is torch.relu."""
+    check_float_tensor("relu", "x", x)
+    if impl == "custom":
+        return (_ReLUOutputFnNoJvp if torch.compiler.is_compiling() else ReLUOutputFn).apply(x)
+    check_impl("relu", impl)
+    return torch.relu(x)

@@ -1,0 +1,138 @@
+"""The card's checks on deliberately wrong or limited ops: fail what is wrong, skip (with the
+reason) what an op doesn't support unless the app needs it."""
+
+import pytest
+import torch
+
+from fitting.opcheck.checks import Subject, forward_ad, gradcheck, gradgradcheck, parity, vmap
+from fitting.opcheck.compile_checks import compile_fullgraph, library_opcheck
+from fitting.opcheck.cost import cost_alone, cost_in_model
+from fitting.opcheck.training import training
+from models.ops.choice import OPS, resolve_op
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+BAD = "tests.opcheck.bad_ops:"
+LIB = "tests.opcheck.library_ops:"
+
+
+def subject(op: str, spec: str) -> Subject:
+    return Subject(op, spec, resolve_op(op, spec).fn, OPS[op], quick=True)
+
+
+def test_backward_off_by_a_factor_fails_gradcheck_and_training():
+    s = subject("relu", BAD + "ReLUBackwardTimesTwo")
+    check = gradcheck(s)
+    assert check.status == "fail"
+    assert check.detail.startswith("GradcheckError: Jacobian mismatch for output 0")
+    check = training(s)
+    assert check.status == "fail" and "max rel diff of the loss curves" in check.detail
+    forward, backward = parity(s, torch.float32)
+    assert (forward.status, backward.status) == ("pass", "fail")
+    assert "max rel err 1 " in backward.detail  # twice the gradient: off by 100%
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_forward_off_by_a_little_fails_parity(dtype):
+    forward, _ = parity(subject("relu", BAD + "relu_forward_off"), dtype)
+    assert forward.status == "fail"
+    assert "max rel err 0.0001 " in forward.detail
+
+
+def test_our_ops_pass_parity_gradcheck_and_training():
+    for op in OPS:
+        s = subject(op, "custom")
+        checks = [*parity(s, torch.float32), *parity(s, torch.float64), gradcheck(s), training(s)]
+        assert [c.status for c in checks] == ["pass"] * 6, (op, checks)
+
+
+def test_missing_jvp_is_a_skip_unless_the_app_needs_it():
+    s = subject("relu", BAD + "ReLUNoJvp")
+    for check in (forward_ad(s), vmap(s)):
+        assert check.status == "skip"
+        assert check.detail.startswith(
+            "not supported (optimizer=lm|newton on task=mlp would need it): RuntimeError: "
+            "In order to use an autograd.Function with functorch transforms"
+        )
+    s = subject("legendre_p3", BAD + "P3NoJvp")
+    check = forward_ad(s)
+    assert check.status == "fail"
+    assert check.detail.startswith(
+        "not supported, and optimizer=lm needs it (Jacobian by torch.func.jacfwd): "
+    )
+    assert vmap(s).status == "fail"
+
+
+def test_double_backward_that_raises_is_a_skip_unless_the_app_needs_it():
+    check = gradgradcheck(subject("relu", BAD + "ReLUOnceRaises"))
+    assert check.status == "skip"
+    assert "double backward raises RuntimeError: ReLUOnceRaisesBackward: this backward is " \
+        "once_differentiable" in check.detail
+    check = gradgradcheck(subject("legendre_p3", "models.ops:legendre_p3_numpy"))
+    assert check.status == "fail"
+    assert check.detail.startswith(
+        "not supported, and optimizer=newton needs it (Hessian by double backward): "
+        "double backward raises RuntimeError: "
+    )
+
+
+def test_silently_wrong_double_backward_fails():
+    """torch's own once_differentiable gives None for the derivative of the gradient."""
+    check = gradgradcheck(subject("relu", BAD + "ReLUOnce"))
+    assert check.status == "fail"
+    assert check.detail.startswith("double backward runs but is wrong: GradcheckError: ")
+
+
+def test_what_the_twin_cannot_do_is_a_skip():
+    s = subject("conv_bn", "custom")
+    check = vmap(s)
+    assert check.status == "skip"
+    assert check.detail.startswith(
+        "the builtin twin does not support it either: RuntimeError: Batch norm got a batched "
+    )
+    check = forward_ad(s)
+    assert check.status == "skip" and "You must implement the jvp function" in check.detail
+
+
+def test_compile_graph_break_is_a_skip_and_a_traceable_op_passes(monkeypatch):
+    monkeypatch.syspath_prepend("docs/examples")
+    check = compile_fullgraph(subject("relu", "my_relu:MyReLU"))
+    assert check.status == "skip"
+    assert check.detail.startswith(
+        "graph break (compile=true still runs it, in pieces): Unsupported: Unsupported custom jvp"
+    )
+    check = compile_fullgraph(subject("relu", "my_relu:my_relu"))
+    assert check.status == "pass" and check.detail.startswith("no graph break")
+
+
+# torch.library.opcheck's failing test on the broken fake kernel warns from anomaly mode.
+@pytest.mark.filterwarnings("ignore:Error detected in:UserWarning")
+def test_library_opcheck_runs_on_torch_library_custom_ops_only():
+    check = library_opcheck(subject("relu", "custom"))
+    assert check.status == "skip" and check.detail.startswith("not a torch.library custom op")
+    check = library_opcheck(subject("relu", LIB + "relu"))
+    assert check.status == "pass" and "test_faketensor" in check.detail
+    check = library_opcheck(subject("relu", LIB + "relu_bad_fake"))
+    assert check.status == "fail" and check.detail.startswith("test_faketensor")
+
+
+def test_forward_ad_that_is_silently_zero_fails():
+    """A torch.library custom op has no forward-AD formula: torch.func.jvp gives zero tangents."""
+    check = forward_ad(subject("relu", LIB + "relu"))
+    assert check.status == "fail"
+    assert check.detail.startswith(
+        "tangent vs the twin's: zero tangent where the twin's is not (no forward-AD formula?)"
+    )
+
+
+def test_cost_rows_report_bytes_alone_and_in_the_model():
+    check = cost_alone(subject("relu", "models.ops:relu_masked"))
+    assert check.status == "info"
+    assert check.detail.startswith("relu 256x128: saves 32,768 vs 131,072 B (0.25x); fwd+bwd ")
+    check = cost_in_model(subject("relu", "models.ops:relu_masked"))
+    assert check.detail.startswith(
+        "MLP 1-64-64-1, sin on 256 points: adds 32,768 B to the model's saved set (builtin 0 B); "
+        "model saves 182,528 vs 149,760 B (1.22x); fwd+bwd "
+    )
+    check = cost_in_model(subject("relu", "custom"))
+    assert "adds 0 B to the model's saved set (builtin 0 B); model saves 149,760 vs 149,760 B " \
+        "(1.00x)" in check.detail

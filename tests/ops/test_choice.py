@@ -1,0 +1,217 @@
+"""resolve_op / check_op: custom, builtin or a user's <module>:<name>, and one clear line when a
+user op cannot run as the op."""
+
+import hashlib
+import itertools
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from models.ops import fused_conv_bn2d, legendre_p3, linear, relu
+from models.ops.choice import OPS, OpSpecError, check_op, resolve_op
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """Write a module into a fresh current directory; returns its (unique) name and path."""
+    monkeypatch.chdir(tmp_path)
+
+    def write(source: str) -> tuple[str, str]:
+        name = f"user_ops_{next(_names)}"
+        path = tmp_path / f"{name}.py"
+        path.write_text("import torch\n\n" + textwrap.dedent(source))
+        return name, str(path)
+
+    return write
+
+
+def test_every_op_has_custom_builtin_and_inputs():
+    assert set(OPS) == {"relu", "linear", "legendre_p3", "conv_bn"}
+    assert OPS["relu"].custom is relu and OPS["linear"].custom is linear
+    assert OPS["legendre_p3"].custom is legendre_p3 and OPS["conv_bn"].custom is fused_conv_bn2d
+    assert OPS["linear"].builtin is F.linear
+    for op, entry in OPS.items():
+        for spec in ("custom", "builtin"):
+            resolved = resolve_op(op, spec)
+            assert resolved.fn is getattr(entry, spec) and resolved.source is None
+            check_op(op, resolved.fn, spec)
+            check_op(op, resolved.fn, spec, dtype=torch.float64)
+
+
+def test_function_subclass_is_called_through_apply(user_module):
+    name, path = user_module(
+        """
+        class MyReLU(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x.clamp_min(0)
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return grad * (x > 0)
+        """
+    )
+    resolved = resolve_op("relu", f"{name}:MyReLU")
+    assert resolved.fn.__name__ == "apply" and resolved.fn.__self__.__name__ == "MyReLU"
+    check_op("relu", resolved.fn, resolved.spec)
+    x = torch.tensor([-1.0, 2.0])
+    assert torch.equal(resolved.fn(x), torch.relu(x))
+    assert resolved.key == f"ops.relu={name}:MyReLU"
+    assert resolved.source == path
+    with open(path, "rb") as f:
+        assert resolved.sha256 == hashlib.sha256(f.read()).hexdigest()
+
+
+def test_plain_function_is_called_directly(user_module):
+    name, path = user_module(
+        """
+        def my_linear(x, weight, bias):
+            return x @ weight.T + bias
+        """
+    )
+    resolved = resolve_op("linear", f"{name}:my_linear")
+    assert resolved.fn.__name__ == "my_linear" and resolved.source == path
+    check_op("linear", resolved.fn, resolved.spec)
+
+
+def test_dotted_name_inside_the_module(user_module):
+    name, _ = user_module(
+        """
+        class Ops:
+            p3 = staticmethod(lambda x: 0.5 * (5 * x**3 - 3 * x))
+        """
+    )
+    check_op("legendre_p3", resolve_op("legendre_p3", f"{name}:Ops.p3").fn)
+
+
+def _error(op: str, spec: str, call: bool = False) -> str:
+    with pytest.raises(OpSpecError) as info:
+        resolved = resolve_op(op, spec)
+        if call:
+            check_op(op, resolved.fn, spec)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_bad_spec_format():
+    assert _error("relu", "cutsom") == (
+        "ops.relu=cutsom: expected custom, builtin or <module>:<name>, e.g. ops.relu=my_ops:my_relu"
+    )
+    assert _error("relu", "mod:").startswith("ops.relu=mod:: expected custom, builtin")
+
+
+def test_unknown_op():
+    assert _error("rleu", "custom") == (
+        "unknown op 'rleu'; choose one of ['conv_bn', 'legendre_p3', 'linear', 'relu']"
+    )
+
+
+def test_module_not_found(user_module):
+    user_module("")  # chdir into an empty-ish directory
+    message = _error("relu", "no_such_module_xyz:f")
+    assert message.startswith(
+        "ops.relu=no_such_module_xyz:f: no module named 'no_such_module_xyz' in the current "
+        "directory ("
+    )
+    assert message.endswith(") or on PYTHONPATH")
+
+
+def test_module_that_does_not_import(user_module):
+    syntax, _ = user_module("def f(x:\n    return x\n")
+    assert _error("relu", f"{syntax}:f").startswith(
+        f"ops.relu={syntax}:f: importing '{syntax}' failed: SyntaxError: "
+    )
+    raising, _ = user_module("raise RuntimeError('no GPU here')\n")
+    assert _error("relu", f"{raising}:f") == (
+        f"ops.relu={raising}:f: importing '{raising}' failed: RuntimeError: no GPU here"
+    )
+    missing_dep, _ = user_module("import not_installed_dep_xyz\n")
+    assert _error("relu", f"{missing_dep}:f") == (
+        f"ops.relu={missing_dep}:f: importing '{missing_dep}' failed: ModuleNotFoundError: "
+        "No module named 'not_installed_dep_xyz'"
+    )
+
+
+def test_missing_name(user_module):
+    name, path = user_module("def my_relu(x):\n    return x.clamp_min(0)\n")
+    assert _error("relu", f"{name}:myrelu") == (
+        f"ops.relu={name}:myrelu: module '{name}' ({path}) has no 'myrelu'"
+    )
+
+
+def test_not_callable(user_module):
+    name, _ = user_module("my_relu = 3\n")
+    assert _error("relu", f"{name}:my_relu") == (
+        f"ops.relu={name}:my_relu: 'my_relu' is a int, not callable; name a function or a "
+        "torch.autograd.Function subclass"
+    )
+
+
+def test_wrong_signature(user_module):
+    name, _ = user_module("def my_linear(x, weight):\n    return x @ weight.T\n")
+    assert _error("linear", f"{name}:my_linear", call=True) == (
+        f"ops.linear={name}:my_linear: wrong signature: calling it as linear(x, weight, bias) "
+        "raised TypeError: my_linear() takes 2 positional arguments but 3 were given"
+    )
+
+
+def test_wrong_output_shape(user_module):
+    name, _ = user_module("def my_relu(x):\n    return x.clamp_min(0).sum(0)\n")
+    assert _error("relu", f"{name}:my_relu", call=True) == (
+        f"ops.relu={name}:my_relu: wrong output: shape (8,) torch.float32, expected (4, 8) "
+        "torch.float32 (the builtin's on the same input)"
+    )
+
+
+def test_not_a_tensor_or_not_differentiable_or_failing(user_module):
+    name, _ = user_module(
+        """
+        import numpy
+
+        def pair(x):
+            return x, x
+
+        def detached(x):
+            return torch.from_numpy(numpy.maximum(x.detach().numpy(), 0))
+
+        def raises(x):
+            raise ValueError("only 1-D")
+
+        class BadGrad(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clamp_min(0)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad.sum()[None]
+        """
+    )
+    assert _error("relu", f"{name}:pair", call=True) == (
+        f"ops.relu={name}:pair: returned tuple, expected one tensor of shape (4, 8)"
+    )
+    assert _error("relu", f"{name}:detached", call=True).startswith(
+        f"ops.relu={name}:detached: its output does not require grad for inputs that do"
+    )
+    assert _error("relu", f"{name}:raises", call=True) == (
+        f"ops.relu={name}:raises: relu(x) on a reference input raised ValueError: only 1-D"
+    )
+    assert _error("relu", f"{name}:BadGrad", call=True).startswith(
+        f"ops.relu={name}:BadGrad: backward on a reference input raised RuntimeError: "
+        "Function BadGradBackward returned an invalid gradient at index 0"
+    )
+
+
+def test_import_leaves_sys_path_as_it_was(user_module):
+    name, _ = user_module("def f(x):\n    return x\n")
+    before = list(sys.path)
+    resolve_op("relu", f"{name}:f")
+    assert sys.path == before
