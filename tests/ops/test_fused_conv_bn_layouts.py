@@ -145,6 +145,23 @@ def test_fused_conv_bn2d_results_do_not_depend_on_layouts(case, training):
         check_layout_independent(tensors, grad_out, {"training": training, **conv})
 
 
+def test_fused_conv_bn2d_contiguous_inputs_are_not_copied():
+    """On contiguous inputs the layout handling is free: no aten copy in forward or backward."""
+    g = torch.Generator().manual_seed(0)
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=g).requires_grad_()
+
+    x, w, gamma, beta = leaf(2, 3, 5, 5), leaf(4, 3, 3, 3), leaf(4), leaf(4)
+    stats = torch.zeros(4), torch.ones(4)
+    with torch.profiler.profile() as prof:
+        out = fused_conv_bn2d(x, w, gamma, beta, *stats, training=True, padding=1)
+        torch.autograd.grad(out, (x, w, gamma, beta), torch.randn(out.shape, generator=g))
+    names = {e.name for e in prof.events()}
+    assert "aten::convolution_backward" in names  # the profile saw the backward
+    assert not {"aten::copy_", "aten::clone", "aten::contiguous"} & names, sorted(names)
+
+
 # -- random layouts --------------------------------------------------------------------------
 
 
