@@ -49,6 +49,9 @@ class FusedConvBN2dFunction(Function):
             return None, None, None, grad_out.sum((0, 2, 3)), *(None,) * 5
         x, weight, bn_weight, save_mean, save_invstd = ctx.saved_tensors
         y = torch.convolution(x, weight, None, *ctx.conv)
+        # aten's batch-norm backward reads grad_out as if in y's memory format.
+        fmt = torch.contiguous_format if y.is_contiguous() else torch.channels_last
+        grad_out = grad_out.contiguous(memory_format=fmt)
         mask = [need_x or need_w, need_g, need_b]
         grad_y, grad_g, grad_b = torch.ops.aten.native_batch_norm_backward(
             grad_out, y, bn_weight, None, None, save_mean, save_invstd, True, ctx.eps, mask
@@ -118,10 +121,40 @@ def fused_conv_bn2d(
     if not training:
         return _conv_bn_eval(x, weight, *bn, eps, stride, pad, dilation, groups)
     conv = (stride, pad, dilation, False, (0, 0), groups)
-    momentum, eps = float(momentum), float(eps)
-    args = (running_mean, running_var, momentum, eps, conv)
+    return _conv_bn_train(x, weight, *bn, float(momentum), float(eps), conv)
+
+
+def _conv_bn_train(
+    x, weight, bn_weight, bn_bias, running_mean, running_var, momentum, eps, conv
+) -> torch.Tensor:
+    """Training mode: FusedConvBN2dFunction on layouts aten's kernels read right."""
+    # aten's CPU batch-norm kernels read strided per-channel tensors as if contiguous when the
+    # conv output is channels_last-contiguous (any 1x1 output is), and its conv backward
+    # refuses some strided weights. Contiguous copies (no-ops on contiguous tensors) keep the
+    # gradients right; autograd maps them back to the caller's tensors.
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None and stat.numel() > 1 and 0 in stat.stride():
+            raise ValueError(
+                f"{OP}: {name} is an expanded view (its elements share memory), so training "
+                f"cannot update it in place; pass {name}.clone()"
+            )
+    if not weight.is_contiguous():
+        weight = _canonical_strides(weight, suggest_memory_format(weight))
+    bn_weight, bn_bias = _contiguous(bn_weight), _contiguous(bn_bias)
+    mean, var = _contiguous(running_mean), _contiguous(running_var)
+    args = (mean, var, momentum, eps, conv)
     out, _, _ = FusedConvBN2dFunction.apply(x, weight, bn_weight, bn_bias, *args)
+    # The running-stat update landed in the copies of strided stats: hand it to the caller's.
+    for stat, copy in ((running_mean, mean), (running_var, var)):
+        if copy is not stat:
+            with torch.no_grad():
+                stat.copy_(copy)
     return out
+
+
+def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
+    """`t` itself if contiguous or None, else a contiguous copy."""
+    return t if t is None else t.contiguous()
 
 
 def _conv_bn_eval(

@@ -130,10 +130,12 @@ def conv_bn_eval_abs(x, w, gamma, beta, mean, var, eps, stride, padding, dilatio
 def bn_grad_output(draw, out: torch.Tensor) -> torch.Tensor:
     """A random incoming gradient for a batch-norm output.
 
-    KNOWN BUG (upstream, xfail in tests/test_conv_bn_upstream_bugs.py): aten's CPU batch-norm
-    backward gets its gradients wrong for some grad_outputs in the other memory format than the
-    output (NCHW-only output with a channels_last-only gradient, or the reverse); such a
-    gradient is made contiguous in the output's format. All other strided layouts are kept.
+    KNOWN BUG (upstream, xfail in tests/ops/test_conv_bn_upstream_bugs.py): aten's CPU
+    batch-norm backward, and so the builtin twin, gets its gradients wrong for some grad_outputs
+    in the other memory format than the output (NCHW-only output with a channels_last-only
+    gradient, or the reverse); such a gradient is made contiguous in the output's format. All
+    other strided layouts are kept. (The custom op on those layouts is checked against
+    contiguous copies in tests/ops/test_fused_conv_bn_layouts.py.)
     """
     g = grad_output(draw, out)
     formats = (torch.contiguous_format, torch.channels_last)
@@ -145,7 +147,7 @@ def bn_grad_output(draw, out: torch.Tensor) -> torch.Tensor:
 
 
 def bf16_depthwise_multiplier_bug(x: torch.Tensor, weight: torch.Tensor, groups, out) -> bool:
-    """KNOWN BUG (upstream, xfail in tests/test_conv_bn_upstream_bugs.py): aten's CPU bfloat16
+    """KNOWN BUG (upstream, xfail in tests/ops/test_conv_bn_upstream_bugs.py): aten's CPU bfloat16
     conv gives wrong outputs for a grouped conv with one input channel and several output
     channels per group when its output is channels_last (seen with stride (1, 2)): both impls
     share the wrong result, so such calls are skipped."""

@@ -1,8 +1,9 @@
-"""fused_conv_bn2d inputs where torch's own kernels are wrong (issue 7, "bad tensors").
+"""fused_conv_bn2d inputs where torch's own kernels are wrong ("bad tensors").
 
-Found by the property tests (tests/test_properties_conv_bn.py). Each is a strict xfail that
-applies only where the plain torch twin shows the bug on the machine running the tests
-(_upstream_bug), so a torch that fixes it turns the test green instead of XPASS.
+Found by the property tests (tests/ops/test_properties_conv_bn.py). Each bug of the twin is a
+strict xfail that applies only where the plain torch twin shows it on the machine running the
+tests (_upstream_bug), so a torch that fixes it turns the test green instead of XPASS. Where
+the custom op works around a bug, its case is a plain test next to the xfail.
 """
 
 from __future__ import annotations
@@ -46,16 +47,19 @@ def _bn_backward_case(name: str):
     return x, w, options, bn, randn(F.conv2d(x, w, None, 1, 0, options.get("dilation", 1)).shape)
 
 
-# (case, impl, training): where the result is wrong. Not affected: the custom op in eval mode
-# (folded conv, no batch-norm backward) and, for running stats, training mode (unused there).
+BN_BACKWARD_CASES = [
+    "strided-bn_weight-1x1-output",
+    "grad_out-channels_last-output-nchw",
+    "strided-running-stats-channels_last-output",
+]
+# (case, training): where the builtin twin's result is wrong. Running stats are read only in
+# eval mode. The custom op hands the kernels layouts they read right, in both modes.
 UPSTREAM_BN_BACKWARD = [
-    ("strided-bn_weight-1x1-output", "custom", True),
-    ("strided-bn_weight-1x1-output", "builtin", True),
-    ("strided-bn_weight-1x1-output", "builtin", False),
-    ("grad_out-channels_last-output-nchw", "custom", True),
-    ("grad_out-channels_last-output-nchw", "builtin", True),
-    ("grad_out-channels_last-output-nchw", "builtin", False),
-    ("strided-running-stats-channels_last-output", "builtin", False),
+    ("strided-bn_weight-1x1-output", True),
+    ("strided-bn_weight-1x1-output", False),
+    ("grad_out-channels_last-output-nchw", True),
+    ("grad_out-channels_last-output-nchw", False),
+    ("strided-running-stats-channels_last-output", False),
 ]
 
 
@@ -78,70 +82,82 @@ def _bn_backward_layouts_check(case, impl, training):
     for _ in range(20):
         got, want = _bn_backward_grads(case, impl, training)
         for a, b in zip(got, want, strict=True):
-            torch.testing.assert_close(a, b)
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
 
 
 def _bn_backward_grads(case, impl, training):
-    """Gradients for x, conv weight, bn_weight: with the case's layouts and made contiguous."""
+    """Output, gradients for x, conv weight, bn_weight and the running stats after the call:
+    with the case's layouts, and with every tensor made contiguous."""
     x, w, options, bn, grad_out = _bn_backward_case(case)
     leaves_ = [x.requires_grad_(), w.requires_grad_(), bn["bn_weight"].requires_grad_()]
     results = []
     for layout in (lambda t: t, lambda t: t.contiguous()):
-        # Fresh running stats for each call (training updates them; the strided ones are
-        # only used in eval mode, where they stay untouched).
-        stats = [layout(bn[k]) if training is False else layout(bn[k]).clone() for k in STATS]
+        # Fresh running stats for each call, in the case's layout (training updates them in
+        # place: the caller's strided tensors must get the update).
+        stats = [layout(_copy_with_strides(bn[k])) for k in STATS]
         out = fused_conv_bn2d(
             layout(x), w, layout(bn["bn_weight"]), None, *stats, training=training,
             **options, impl=impl,
         )  # fmt: skip
-        results.append(torch.autograd.grad(out, leaves_, layout(grad_out)))
+        grads_ = torch.autograd.grad(out, leaves_, layout(grad_out))
+        results.append([out.detach(), *grads_, *stats])
     return results
 
 
+def _copy_with_strides(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` with its strides (clone makes a non-dense tensor contiguous)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).copy_(t)
+
+
 _BN_LAYOUTS_REASON = (
-    "silently wrong gradients from an upstream aten CPU bug the op inherits: "
-    "native_batch_norm_backward on a channels_last input (a 1x1 output always is) reads a "
-    "strided bn_weight / running_mean / running_var as if contiguous (wrong values, even "
-    "out-of-bounds garbage like 1e+214), and mishandles a grad_output in the other memory "
-    "format than the input. Hit by the custom op in training mode (it calls "
-    "native_batch_norm_backward with the caller's tensors) and by impl='builtin' "
-    "(F.batch_norm); the custom eval path (folded conv) is right. The op could pass "
-    ".contiguous() per-channel tensors and a grad_out in y's memory format"
+    "silently wrong gradients from an upstream aten CPU bug: native_batch_norm_backward on a "
+    "channels_last input (a 1x1 output always is) reads a strided bn_weight / running_mean / "
+    "running_var as if contiguous (wrong values, even out-of-bounds garbage like 1e+214), and "
+    "mishandles a grad_output in the other memory format than the input. Hit by "
+    "impl='builtin' (F.batch_norm as is); the custom op hands the kernel contiguous "
+    "per-channel tensors and a grad_output in its input's memory format"
 )
+
+
+def _bn_backward_xfail(case, training):
+    """The upstream xfail of a builtin case listed in UPSTREAM_BN_BACKWARD, else no mark."""
+    if (case, training) not in UPSTREAM_BN_BACKWARD:
+        return ()
+    return pytest.mark.xfail(
+        # probed with the twin itself (impl="builtin" is F.conv2d -> F.batch_norm as is)
+        _upstream_bug(lambda: _bn_backward_layouts_check(case, "builtin", training)),
+        strict=True,
+        raises=AssertionError,
+        reason=_BN_LAYOUTS_REASON,
+    )
 
 
 @pytest.mark.parametrize(
-    "case, impl, training",
+    "case, training",
     [
-        pytest.param(
-            *entry,
-            marks=pytest.mark.xfail(
-                # probed with the twin (impl="builtin" is F.conv2d -> F.batch_norm as is)
-                _upstream_bug(lambda e=entry: _bn_backward_layouts_check(e[0], "builtin", e[2])),
-                strict=True,
-                raises=AssertionError,
-                reason=_BN_LAYOUTS_REASON,
-            ),
-        )
-        for entry in UPSTREAM_BN_BACKWARD
+        pytest.param(case, training, marks=_bn_backward_xfail(case, training))
+        for case in BN_BACKWARD_CASES
+        for training in (True, False)
     ],
 )
-def test_xfail_fused_conv_bn2d_batch_norm_backward_layouts(case, impl, training):
-    _bn_backward_layouts_check(case, impl, training)
+def test_xfail_fused_conv_bn2d_builtin_batch_norm_backward_layouts(case, training):
+    _bn_backward_layouts_check(case, "builtin", training)
 
 
-@pytest.mark.parametrize("case", sorted({c for c, _, _ in UPSTREAM_BN_BACKWARD}))
-def test_fused_conv_bn2d_eval_gradients_do_not_depend_on_layouts(case):
-    """The custom eval path (BN folded into the conv) is free of that upstream bug."""
-    got, want = _bn_backward_grads(case, "custom", False)
-    for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("case", BN_BACKWARD_CASES)
+def test_fused_conv_bn2d_custom_is_right_where_batch_norm_backward_is_not(case, training):
+    """Output, gradients and running stats (updated in the caller's strided tensors) equal the
+    contiguous-layout ones: training hands aten's batch-norm backward layouts it reads right,
+    eval folds the batch norm into the conv."""
+    _bn_backward_layouts_check(case, "custom", training)
 
 
 def _strided_weight_case():
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(1, 3, 3, 2, generator=g).permute(0, 3, 1, 2)  # (1, 2, 3, 3) channels_last
-    leaf = torch.randn(1, 2, 2, 1, generator=g, requires_grad=True)
+    dtype = torch.float64
+    x = torch.randn(1, 3, 3, 2, generator=g, dtype=dtype).permute(0, 3, 1, 2)  # channels_last
+    leaf = torch.randn(1, 2, 2, 1, generator=g, dtype=dtype, requires_grad=True)
     return x, leaf, leaf.permute(0, 2, 1, 3)  # weight (1, 2, 2, 1), strides (4, 1, 2, 1)
 
 
@@ -155,10 +171,10 @@ _STRIDED_WEIGHT_XFAIL = pytest.mark.xfail(
     strict=True,
     raises=RuntimeError,
     reason=(
-        "fused_conv_bn2d's backward (both impls in training, impl='builtin' in eval; F.conv2d's "
-        "too: upstream aten CPU) raises 'slow_conv2d: grad_weight must be contiguous' for a "
-        "channels_last x and a conv weight that is channels_last-contiguous with a "
-        "non-canonical stride on a size-1 dim; the op could hand the kernel weight.contiguous()"
+        "impl='builtin''s backward (F.conv2d's: upstream aten CPU) raises 'slow_conv2d: "
+        "grad_weight must be contiguous' for a channels_last x and a conv weight that is "
+        "channels_last-contiguous with a non-canonical stride on a size-1 dim; the custom op "
+        "hands the kernel a weight with canonical strides"
     ),
 )
 
@@ -166,9 +182,8 @@ _STRIDED_WEIGHT_XFAIL = pytest.mark.xfail(
 @pytest.mark.parametrize(
     "training, impl",
     [
-        pytest.param(True, "custom", marks=_STRIDED_WEIGHT_XFAIL),
+        pytest.param(True, "custom"),
         pytest.param(True, "builtin", marks=_STRIDED_WEIGHT_XFAIL),
-        # The custom eval path folds BN into a copy of the weight with canonical strides.
         pytest.param(False, "custom"),
         pytest.param(False, "builtin", marks=_STRIDED_WEIGHT_XFAIL),
     ],
@@ -176,10 +191,16 @@ _STRIDED_WEIGHT_XFAIL = pytest.mark.xfail(
 )
 def test_xfail_fused_conv_bn2d_backward_strided_weight(training, impl):
     x, leaf, weight = _strided_weight_case()
-    stats = torch.zeros(1), torch.ones(1)
-    out = fused_conv_bn2d(x, weight, None, None, *stats, training=training, impl=impl)
-    (grad,) = torch.autograd.grad(out, leaf, torch.ones_like(out))
-    assert grad.shape == leaf.shape
+    grad_out = torch.randn(1, 1, 2, 3, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    results = []
+    for layout in (lambda t: t, lambda t: t.contiguous()):
+        stats = torch.zeros(1, dtype=x.dtype), torch.ones(1, dtype=x.dtype)
+        out = fused_conv_bn2d(
+            layout(x), layout(weight), None, None, *stats, training=training, impl=impl
+        )
+        results.append([out, *torch.autograd.grad(out, leaf, grad_out), *stats])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
 
 
 def _bf16_depthwise_case():
