@@ -1,5 +1,5 @@
-"""Property tests for the layers (Linear, ReLU, FusedConvBN2d) against their nn twins
-(issue 7, "bad tensors").
+"""Property tests for the layers (Linear, ReLU, FusedConvBN2d) against their nn twins:
+"bad tensors".
 
 The rules they check are in tests/property_checks.py.
 """

@@ -1,4 +1,4 @@
-"""Property tests for the fused_conv_bn2d op (issue 7, "bad tensors").
+"""Property tests for the fused_conv_bn2d op: "bad tensors".
 
 The rules they check are in tests/property_checks.py.
 """

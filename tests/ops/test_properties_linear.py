@@ -1,4 +1,4 @@
-"""Property tests for the linear op (issue 7, "bad tensors").
+"""Property tests for the linear op: "bad tensors".
 
 The rules they check are in tests/property_checks.py.
 """

@@ -1,4 +1,4 @@
-"""Property tests for ScalarTensor against its dense tensor (issue 7, "bad tensors").
+"""Property tests for ScalarTensor against its dense tensor: "bad tensors".
 
 The rules they check are in tests/property_checks.py.
 """

@@ -1,4 +1,4 @@
-"""Property tests for the unary ops (legendre_p3, relu, cube, mul_constant) (issue 7, "bad tensors").
+"""Property tests for the unary ops (legendre_p3, relu, cube, mul_constant): "bad tensors".
 
 The rules they check are in tests/property_checks.py.
 """
@@ -171,7 +171,7 @@ def test_float8_rejected_clearly(name):
 
 @pytest.mark.parametrize("relu", [relu, relu_masked])
 def test_relu_backward_non_finite_grad_where_inactive(relu):
-    """Found by the unary property (fixed in c4b282c): a nan/inf incoming gradient where
+    """Found by the unary property: a nan/inf incoming gradient where
     x <= 0 gives 0 like torch.relu's, not nan (0·inf) as multiplying by the mask did."""
     x = torch.tensor([-1.0, -2.0, 3.0, -0.0], requires_grad=True)
     g = torch.tensor([float("nan"), float("inf"), 1.0, -float("inf")])
