@@ -73,6 +73,15 @@ def check_conv_bn(x, weight, bn, training, momentum, eps, stride, padding, dilat
         if t is not None:
             check_float_tensor(OP, name, t)
     check_same_dtype_device(OP, "x", x, weight=weight, **named)
+    _check_conv_shapes(x, weight, groups)
+    _check_bn_args(named, weight.shape[0], training, momentum, eps)
+    pad, extra = _padding(padding, weight, stride, dilation)
+    _check_output_size(x, weight, training, pad, extra, stride, dilation)
+    return pad, extra
+
+
+def _check_conv_shapes(x: torch.Tensor, weight: torch.Tensor, groups: object) -> None:
+    """Raise ValueError unless x, weight and groups make a valid 2-D convolution."""
     if x.dim() != 4:
         raise ValueError(
             f"{OP}: expected 4-D input (N, C, H, W), got {x.dim()}-D input "
@@ -103,6 +112,11 @@ def check_conv_bn(x, weight, bn, training, momentum, eps, stride, padding, dilat
             f"{tuple(weight.shape)} with groups={groups} expects "
             f"{weight.shape[1] * groups}"
         )
+
+
+def _check_bn_args(named: dict, c_out: int, training: bool, momentum, eps) -> None:
+    """Raise unless the batch-norm tensors have one value per output channel and the running
+    stats, momentum and eps fit the mode."""
     for name, t in named.items():
         if t is not None and tuple(t.shape) != (c_out,):
             raise ValueError(
@@ -119,7 +133,12 @@ def check_conv_bn(x, weight, bn, training, momentum, eps, stride, padding, dilat
                 f"{OP}: {name} must be a float, got {value!r}"
                 + ("; the module handles momentum=None" if value is None else "")
             )
-    pad, extra = _padding(padding, weight, stride, dilation)
+
+
+def _check_output_size(x, weight, training, pad, extra, stride, dilation) -> None:
+    """Raise ValueError unless the convolution's output is non-empty (and, when training, has
+    more than one value per channel for the batch statistics)."""
+    c_in, c_out = x.shape[1], weight.shape[0]
     if 0 in x.shape[2:] and x.shape[0] and c_in:
         # aten convolves an empty input only when the batch or the channels are what's empty.
         raise ValueError(
@@ -142,4 +161,3 @@ def check_conv_bn(x, weight, bn, training, momentum, eps, stride, padding, dilat
             f"{OP}: expected more than 1 value per channel when training, got a "
             f"conv output of shape {(x.shape[0], c_out, *out_hw)}"
         )
-    return pad, extra
