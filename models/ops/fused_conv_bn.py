@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch._prims_common import suggest_memory_format
 
 from ._checks import check_impl
-from ._function import Function
+from ._memory_format import suggest_memory_format
 from .conv_bn_checks import OP, check_conv_bn, check_pair
 
 
-class FusedConvBN2dFunction(Function):
+class FusedConvBN2dFunction(torch.autograd.Function):
     """Training-mode conv → batch norm that recomputes the conv in backward instead of saving it.
 
     Saves x, the conv weight, the BN weight and the per-channel batch mean and 1/std; the

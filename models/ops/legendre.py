@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_float_tensor, check_impl
-from ._function import Function, without_jvp
+from ._function import compile_safe_apply
 
 
-class LegendreP3(Function):
+class LegendreP3(torch.autograd.Function):
     """P3 with a differentiable backward (double backward), a jvp, and a vmap rule."""
 
     generate_vmap_rule = True
@@ -37,7 +37,7 @@ class LegendreP3(Function):
         return x_tangent * _dp3(x)
 
 
-_LegendreP3NoJvp = without_jvp(LegendreP3)
+_apply = compile_safe_apply(LegendreP3)
 
 
 def _dp3(x: torch.Tensor) -> torch.Tensor:
@@ -57,6 +57,6 @@ def legendre_p3(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
     """P3(x) = ½(5x³ − 3x) elementwise; impl='builtin' uses the eager expression."""
     check_float_tensor("legendre_p3", "x", x)
     if impl == "custom":
-        return (_LegendreP3NoJvp if torch.compiler.is_compiling() else LegendreP3).apply(x)
+        return _apply(x)
     check_impl("legendre_p3", impl)
     return legendre_p3_builtin(x)

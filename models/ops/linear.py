@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_float_tensor, check_impl, check_same_dtype_device
-from ._function import Function, forward_ad_active, without_jvp
+from ._function import compile_safe_apply
 
 
-class LinearFn(Function):
+class LinearFn(torch.autograd.Function):
     """Linear map that saves only what the requested gradients need."""
 
     generate_vmap_rule = True
@@ -29,8 +29,7 @@ class LinearFn(Function):
         needs_x, needs_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         # grad_x needs only W and grad_W needs only x: keep nothing the backward won't read.
         ctx.save_for_backward(x if needs_w else None, weight if needs_x else None)
-        if forward_ad_active():
-            ctx.save_for_forward(x, weight)
+        ctx.save_for_forward(x, weight)
         ctx.has_bias = bias is not None
 
     @staticmethod
@@ -60,7 +59,7 @@ class LinearFn(Function):
         return out_t.expand(*x.shape[:-1], weight.shape[0])
 
 
-_LinearFnNoJvp = without_jvp(LinearFn)
+_apply = compile_safe_apply(LinearFn)
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -102,8 +101,6 @@ def linear(
     """x @ weight.T + bias over any leading dims, like F.linear; impl='builtin' is F.linear."""
     _check_linear(x, weight, bias)
     if impl == "custom":
-        return (_LinearFnNoJvp if torch.compiler.is_compiling() else LinearFn).apply(
-            x, weight, bias
-        )
+        return _apply(x, weight, bias)
     check_impl("linear", impl)
     return F.linear(x, weight, bias)

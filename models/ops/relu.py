@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_float_tensor, check_impl
-from ._function import Function, forward_ad_active, is_functorch_wrapped, without_jvp
+from ._function import compile_safe_apply, is_transform_wrapper
 
 
-class ReLUFn(Function):
+class ReLUFn(torch.autograd.Function):
     """max(x, 0); saves `out > 0` as a 1-byte mask (¼ of float32's bytes) for backward."""
 
     generate_vmap_rule = True
@@ -26,8 +26,7 @@ class ReLUFn(Function):
         # wide buffer than widening 0/1 and negating there.
         mask = output.bool().view(torch.int8).neg_()
         ctx.save_for_backward(mask)
-        if forward_ad_active():
-            ctx.save_for_forward(mask)
+        ctx.save_for_forward(mask)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
@@ -40,7 +39,7 @@ class ReLUFn(Function):
         return torch.where(mask != 0, x_tangent, 0)
 
 
-_ReLUFnNoJvp = without_jvp(ReLUFn)
+_apply = compile_safe_apply(ReLUFn)
 # Same-width integer dtype of each float dtype, for masking by bitwise AND.
 _BITS = {
     torch.float64: torch.int64,
@@ -56,7 +55,7 @@ def _apply_mask(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if (
         torch.compiler.is_compiling()
         or (torch.is_grad_enabled() and t.requires_grad)
-        or is_functorch_wrapped(t)
+        or is_transform_wrapper(t)
     ):
         # Traced, create_graph=True or vmapped: a differentiable, batchable op. (where is
         # ~20x slower than the path below on CPU, but these modes are not the hot path.)
@@ -71,6 +70,6 @@ def relu_masked(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
     """max(x, 0) elementwise, saving a 1-byte mask; impl='builtin' is torch.relu."""
     check_float_tensor("relu_masked", "x", x)
     if impl == "custom":
-        return (_ReLUFnNoJvp if torch.compiler.is_compiling() else ReLUFn).apply(x)
+        return _apply(x)
     check_impl("relu_masked", impl)
     return torch.relu(x)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_float_tensor, check_impl
-from ._function import Function, forward_ad_active, without_jvp
+from ._function import compile_safe_apply
 
 
-class ReLUOutputFn(Function):
+class ReLUOutputFn(torch.autograd.Function):
     """max(x, 0); saves its output, which backward thresholds exactly as F.relu's does.
 
     Alone it saves as many bytes as F.relu. Inside a model it usually adds none: the layer
@@ -25,8 +25,7 @@ class ReLUOutputFn(Function):
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
         ctx.save_for_backward(output)
-        if forward_ad_active():
-            ctx.save_for_forward(output)
+        ctx.save_for_forward(output)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
@@ -41,13 +40,13 @@ class ReLUOutputFn(Function):
         return torch.ops.aten.threshold_backward(x_tangent, out, 0)
 
 
-_ReLUOutputFnNoJvp = without_jvp(ReLUOutputFn)
+_apply = compile_safe_apply(ReLUOutputFn)
 
 
 def relu(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
     """max(x, 0) elementwise, saving its output for backward; impl='builtin' is torch.relu."""
     check_float_tensor("relu", "x", x)
     if impl == "custom":
-        return (_ReLUOutputFnNoJvp if torch.compiler.is_compiling() else ReLUOutputFn).apply(x)
+        return _apply(x)
     check_impl("relu", impl)
     return torch.relu(x)

@@ -1,17 +1,25 @@
-"""legendre_p3_numpy: a once-differentiable op (its backward runs in NumPy, outside autograd).
+"""legendre_p3_numpy: a once-differentiable torch.library custom op (NumPy, outside autograd).
 
 First derivatives are checked like every other op's; any double backward raises a clear error
-instead of returning a silently wrong (constant) result.
+instead of returning a silently wrong (constant) result. The op passes torch.library.opcheck
+and compiles into one graph.
 """
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch.autograd import gradcheck, gradgradcheck
 
-from models.ops import legendre_p3, legendre_p3_builtin, legendre_p3_numpy
+from models.ops import (
+    LegendreP3NumPy,
+    legendre_p3,
+    legendre_p3_builtin,
+    legendre_p3_numpy,
+    legendre_p3_numpy_backward,
+)
 
 SHAPES = [(7,), (3, 5), (2, 3, 4)]
-DOUBLE_BACKWARD = "LegendreP3NumPyBackward: this backward is once_differentiable"
+DOUBLE_BACKWARD = "legendre_p3_numpy is once differentiable"
 
 
 def _input(shape, device, non_contiguous=False, dtype=torch.float64):
@@ -74,8 +82,9 @@ def test_double_backward_through_the_incoming_gradient_raises(device):
 
 
 def test_torch_once_differentiable_alone_misses_the_saved_input_path():
-    """Why models.ops has its own decorator: torch's ties its error to the incoming gradients
-    only, so the d(x.grad)/dx above neither raises clearly nor gives the right answer."""
+    """Why the backward is a custom op without a derivative rather than a backward marked with
+    torch's once_differentiable: that decorator ties its error to the incoming gradients only,
+    so the d(x.grad)/dx above would neither raise clearly nor give the right answer."""
 
     class TorchDecorated(torch.autograd.Function):
         @staticmethod
@@ -123,3 +132,34 @@ def test_bad_impl_and_torch_func_raise_clearly():
         torch.func.vmap(legendre_p3_numpy)(torch.ones(3, 2))
     with pytest.raises(TypeError, match="legendre_p3_numpy: torch.func transforms"):
         torch.func.grad(lambda t: legendre_p3_numpy(t).sum())(torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_custom_ops_pass_opcheck(dtype, device):
+    x = torch.randn(3, 4, dtype=dtype, device=device)
+    for requires_grad in (False, True):
+        torch.library.opcheck(LegendreP3NumPy, (x.clone().requires_grad_(requires_grad),))
+    torch.library.opcheck(legendre_p3_numpy_backward, (torch.randn_like(x), x))
+    torch.library.opcheck(LegendreP3NumPy, (x.mT,))  # strided input, contiguous result
+
+
+def test_compiles_to_one_graph_equal_to_eager():
+    torch._dynamo.reset()
+    x = _input((4, 6), "cpu", non_contiguous=True)
+    # aot_eager: Dynamo and AOT autograd trace the op through its fake kernels like inductor
+    # does, without inductor's C++ compile time; tests/models/test_compile.py runs inductor.
+    compiled = torch.compile(legendre_p3_numpy, fullgraph=True, backend="aot_eager")
+    out = compiled(x)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(out, legendre_p3_numpy(x), rtol=0, atol=0)
+    (want,) = torch.autograd.grad(legendre_p3_numpy(x).sum(), x)
+    torch.testing.assert_close(grad, want, rtol=0, atol=0)
+
+
+def test_forward_mode_ad_raises_clearly():
+    """A custom op without a jvp would silently drop a tangent: refused instead."""
+    with fwAD.dual_level(), pytest.raises(TypeError, match="legendre_p3_numpy: torch.func"):
+        legendre_p3_numpy(fwAD.make_dual(torch.ones(3), torch.ones(3)))
+    for transform in (torch.func.jacfwd, torch.func.jacrev):
+        with pytest.raises(TypeError, match="legendre_p3_numpy: torch.func transforms"):
+            transform(legendre_p3_numpy)(torch.ones(3))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_float_tensor, check_impl
-from ._function import Function, forward_ad_active, without_jvp
+from .._checks import check_float_tensor, check_impl
+from .._function import compile_safe_apply
 
 
-class Cube(Function):
+class Cube(torch.autograd.Function):
     """Returns (x³, 3x²); backward uses the saved 3x² so autograd can differentiate it again."""
 
     generate_vmap_rule = True
@@ -26,8 +26,7 @@ class Cube(Function):
         # dx is an output, so in a double backward its gradient flows back through
         # the graph of this Function again: that is what makes the second derivative exact.
         ctx.save_for_backward(x, dx)
-        if forward_ad_active():
-            ctx.save_for_forward(x, dx)
+        ctx.save_for_forward(x, dx)
         ctx.set_materialize_grads(False)
 
     @staticmethod
@@ -47,14 +46,14 @@ class Cube(Function):
         return x_tangent * dx, x_tangent * 6 * x
 
 
-_CubeNoJvp = without_jvp(Cube)
+_apply = compile_safe_apply(Cube)
 
 
 def cube(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
     """x³ elementwise with exact higher derivatives; impl='builtin' is `x ** 3`."""
     check_float_tensor("cube", "x", x)
     if impl == "custom":
-        result, _ = (_CubeNoJvp if torch.compiler.is_compiling() else Cube).apply(x)
+        result, _ = _apply(x)
         return result
     check_impl("cube", impl)
     return x**3

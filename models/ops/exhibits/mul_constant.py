@@ -6,11 +6,11 @@ import numbers
 
 import torch
 
-from ._checks import check_float_tensor, check_impl
-from ._function import Function, without_jvp
+from .._checks import check_float_tensor, check_impl
+from .._function import compile_safe_apply
 
 
-class MulConstant(Function):
+class MulConstant(torch.autograd.Function):
     """x * c; c gets no gradient, and a missing incoming gradient stays missing."""
 
     generate_vmap_rule = True
@@ -36,7 +36,7 @@ class MulConstant(Function):
         return x_tangent * ctx.constant
 
 
-_MulConstantNoJvp = without_jvp(MulConstant)
+_apply = compile_safe_apply(MulConstant)
 
 
 def mul_constant(x: torch.Tensor, c: float, impl: str = "custom") -> torch.Tensor:
@@ -55,6 +55,6 @@ def mul_constant(x: torch.Tensor, c: float, impl: str = "custom") -> torch.Tenso
             f"mul_constant: c has {len(str(abs(c)))} digits, beyond the float range"
         ) from None
     if impl == "custom":
-        return (_MulConstantNoJvp if torch.compiler.is_compiling() else MulConstant).apply(x, c)
+        return _apply(x, c)
     check_impl("mul_constant", impl)
     return x * c

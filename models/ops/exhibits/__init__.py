@@ -1,0 +1,6 @@
+"""Teaching exhibits the app never runs: one autograd pattern each, tested like the app's ops."""
+
+from .cube import Cube, cube
+from .legendre_numpy import LegendreP3NumPy, legendre_p3_numpy, legendre_p3_numpy_backward
+from .mul_constant import MulConstant, mul_constant
+from .scalar_tensor import ScalarTensor
