@@ -19,6 +19,10 @@ class FusedConvBN2dFunction(torch.autograd.Function):
     running-stat updates match it bit for bit on CPU. The backward is itself differentiable.
     `conv` is torch.convolution's trailing arguments: (stride, padding, dilation, False,
     (0, 0), groups).
+
+    Mutates its inputs: forward updates `running_mean` and `running_var` in place (buffers that
+    never require grad), as F.batch_norm does; torch.compile traces that mutation
+    (tests/models/test_compile.py checks the compiled stats equal eager's).
     """
 
     @staticmethod

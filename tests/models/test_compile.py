@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from models.conv_bn import FusedConvBN2d
 from models.layers import Linear, ReLU
 from models.poly3 import Poly3
 
@@ -54,3 +55,26 @@ def test_mlp_of_custom_layers_compiles_without_graph_breaks(impl):
     torch.testing.assert_close(results[1][0], results[0][0])
     for g_compiled, g_eager in zip(results[1][1], results[0][1], strict=True):
         torch.testing.assert_close(g_compiled, g_eager)
+
+
+def test_fused_conv_bn_compiles_and_updates_running_stats_like_eager():
+    """The fused op mutates running_mean/running_var in forward: compiled, the same updates."""
+    states = []
+    for compile_it in (False, True):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        layer = FusedConvBN2d(3, 4, 3, padding=1).train()
+        forward = torch.compile(layer, fullgraph=True, backend="aot_eager") if compile_it else layer
+        x = torch.randn(2, 3, 8, 8)
+        for _ in range(2):
+            out = forward(x)
+            out.square().sum().backward()
+        states.append((out.detach(), layer.state_dict(), [p.grad for p in layer.parameters()]))
+    (eager_out, eager_state, eager_grads), (out, state, grads) = states
+    assert eager_state["1.num_batches_tracked"] == 2
+    assert not torch.equal(eager_state["1.running_mean"], torch.zeros(4))
+    torch.testing.assert_close(out, eager_out, rtol=0, atol=0)
+    for key, value in eager_state.items():
+        torch.testing.assert_close(state[key], value, rtol=0, atol=0, msg=key)
+    for g, want in zip(grads, eager_grads, strict=True):
+        torch.testing.assert_close(g, want, rtol=0, atol=0)
