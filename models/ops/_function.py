@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,12 @@ _NO_JVP = torch.autograd.Function.jvp
 
 def compile_safe_apply(cls: type[torch.autograd.Function]) -> Callable[..., Any]:
     """`cls.apply`, except that while torch.compile traces it applies `cls` minus its `jvp`."""
+    # Function.apply binds every call's arguments to inspect.signature(cls.forward); computing
+    # that signature is most of a small op's Python overhead (legendre_p3 at 2,000 elements
+    # ~1.3x the eager expression without this, ~1.0x with it). inspect.signature returns a
+    # function's `__signature__` when set, so compute it once.
+    forward = cls.forward
+    forward.__signature__ = inspect.signature(forward)
     if cls.jvp is _NO_JVP:
         return cls.apply
     # Dynamo refuses any autograd.Function that defines jvp ("Unsupported custom jvp"), and

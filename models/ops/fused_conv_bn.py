@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_impl
+from ._function import compile_safe_apply
 from ._memory_format import suggest_memory_format
 from .conv_bn_checks import OP, check_conv_bn, check_pair
 
@@ -67,6 +68,9 @@ class FusedConvBN2dFunction(torch.autograd.Function):
             )
         grad_g, grad_b = (grad_g if need_g else None), (grad_b if need_b else None)
         return grad_x, grad_w, grad_g, grad_b, *(None,) * 5
+
+
+_apply = compile_safe_apply(FusedConvBN2dFunction)
 
 
 def fused_conv_bn2d_builtin(
@@ -146,7 +150,7 @@ def _conv_bn_train(
     bn_weight, bn_bias = _contiguous(bn_weight), _contiguous(bn_bias)
     mean, var = _contiguous(running_mean), _contiguous(running_var)
     args = (mean, var, momentum, eps, conv)
-    out, _, _ = FusedConvBN2dFunction.apply(x, weight, bn_weight, bn_bias, *args)
+    out, _, _ = _apply(x, weight, bn_weight, bn_bias, *args)
     # The running-stat update landed in the copies of strided stats: hand it to the caller's.
     for stat, copy in ((running_mean, mean), (running_var, var)):
         if copy is not stat:

@@ -4,6 +4,7 @@ Each rests on a torch behaviour (Dynamo refusing a custom jvp, wrappers having n
 aten's stride rule): these tests fail loudly if a torch upgrade changes one.
 """
 
+import inspect
 import itertools
 
 import pytest
@@ -111,3 +112,11 @@ def test_suggest_memory_format_is_the_format_conv_picks_for_the_weight():
         assert suggest_memory_format(w) == want, (w.shape, w.stride())
         seen[want] += 1
     assert seen[CL] >= 5 and seen[CF] >= 100, seen
+
+
+def test_compile_safe_apply_computes_the_forward_signature_once():
+    """Function.apply binds each call's arguments to inspect.signature(forward): with the
+    signature stored on forward, Python returns it instead of recomputing it every call."""
+    compile_safe_apply(LegendreP3)
+    assert inspect.signature(LegendreP3.forward) is LegendreP3.forward.__signature__
+    assert list(inspect.signature(LegendreP3.forward).parameters) == ["x"]
