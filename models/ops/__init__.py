@@ -1,7 +1,7 @@
 """The op library: custom autograd Functions, their functional aliases and built-in twins.
 
 The app's ops are in this package; `exhibits/` holds the teaching exhibits (cube,
-mul_constant, legendre_p3_numpy, ScalarTensor), re-exported here too.
+mul_constant, legendre_p3_numpy, ScalarTensor, once_differentiable), re-exported here too.
 """
 
 from .exhibits import (
@@ -13,6 +13,7 @@ from .exhibits import (
     legendre_p3_numpy,
     legendre_p3_numpy_backward,
     mul_constant,
+    once_differentiable,
 )
 from .fused_conv_bn import FusedConvBN2dFunction, fused_conv_bn2d, fused_conv_bn2d_builtin
 from .legendre import LegendreP3, legendre_p3, legendre_p3_builtin

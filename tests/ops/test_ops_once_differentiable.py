@@ -16,6 +16,7 @@ from models.ops import (
     legendre_p3_builtin,
     legendre_p3_numpy,
     legendre_p3_numpy_backward,
+    once_differentiable,
 )
 
 SHAPES = [(7,), (3, 5), (2, 3, 4)]
@@ -163,3 +164,36 @@ def test_forward_mode_ad_raises_clearly():
     for transform in (torch.func.jacfwd, torch.func.jacrev):
         with pytest.raises(TypeError, match="legendre_p3_numpy: torch.func transforms"):
             transform(legendre_p3_numpy)(torch.ones(3))
+
+
+class _NumPyP3(torch.autograd.Function):
+    """legendre_p3_numpy as an autograd.Function whose backward is models.ops' decorator's."""
+
+    @staticmethod
+    def forward(x):
+        return torch.from_numpy(legendre_p3_builtin(x.detach()).numpy())
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return torch.from_numpy((grad * (7.5 * x * x - 1.5)).numpy())
+
+
+def test_once_differentiable_decorator_raises_on_every_double_backward_path():
+    """models.ops.once_differentiable also covers the saved-input path torch's misses."""
+    message = "_NumPyP3Backward: this backward is once_differentiable"
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    gradcheck(_NumPyP3.apply, (x,))
+    (g,) = torch.autograd.grad(_NumPyP3.apply(x).sum(), x, create_graph=True)
+    torch.testing.assert_close(g, 7.5 * x.detach() ** 2 - 1.5)
+    with pytest.raises(RuntimeError, match=message):
+        g.sum().backward()
+    v = torch.ones(5, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(_NumPyP3.apply(x), x, v, create_graph=True)
+    with pytest.raises(RuntimeError, match=message):
+        torch.autograd.grad(g.sum(), v)

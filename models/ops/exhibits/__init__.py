@@ -3,4 +3,5 @@
 from .cube import Cube, cube
 from .legendre_numpy import LegendreP3NumPy, legendre_p3_numpy, legendre_p3_numpy_backward
 from .mul_constant import MulConstant, mul_constant
+from .once_differentiable import once_differentiable
 from .scalar_tensor import ScalarTensor
