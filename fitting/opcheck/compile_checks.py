@@ -51,10 +51,18 @@ def compile_fullgraph(s: Subject) -> Check:
     return Check(name, "pass", f"no graph break; compiled vs eager (fwd+bwd): {detail}")
 
 
+# The op types torch.library.opcheck takes: custom_op's CustomOpDef and torch.ops.* ops (an
+# overload packet like torch.ops.aten.sin, or one overload like torch.ops.aten.sin.default),
+# named through public objects.
+_LIBRARY_OP_TYPES = (
+    torch.library.CustomOpDef,
+    type(torch.ops.aten.sin.default),
+    type(torch.ops.aten.sin),
+)
+
+
 def _is_library_op(fn) -> bool:
-    # The op types torch.library.opcheck takes: custom_op's CustomOpDef and torch.ops.* ops.
-    return isinstance(fn, (torch.library.CustomOpDef, torch._ops.OpOverload,
-                           torch._ops.OpOverloadPacket))
+    return isinstance(fn, _LIBRARY_OP_TYPES)
 
 
 def library_opcheck(s: Subject) -> Check:
