@@ -127,6 +127,14 @@ def _check_bn_args(named: dict, c_out: int, training: bool, momentum, eps) -> No
         raise ValueError(f"{OP}: pass both running_mean and running_var, or neither")
     if not training and named["running_mean"] is None:
         raise ValueError(f"{OP}: training=False needs running_mean and running_var")
+    for name in ("running_mean", "running_var"):
+        stat = named[name]
+        if training and stat is not None and stat.numel() > 1 and 0 in stat.stride():
+            # F.batch_norm would store one value for every channel.
+            raise ValueError(
+                f"{OP}: {name} is an expanded view (its elements share memory), so training "
+                f"cannot update it in place; pass {name}.clone()"
+            )
     for name, value in (("momentum", momentum), ("eps", eps)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(

@@ -139,12 +139,6 @@ def _conv_bn_train(
     # conv output is channels_last-contiguous (any 1x1 output is), and its conv backward
     # refuses some strided weights. Contiguous copies (no-ops on contiguous tensors) keep the
     # gradients right; autograd maps them back to the caller's tensors.
-    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
-        if stat is not None and stat.numel() > 1 and 0 in stat.stride():
-            raise ValueError(
-                f"{OP}: {name} is an expanded view (its elements share memory), so training "
-                f"cannot update it in place; pass {name}.clone()"
-            )
     if not weight.is_contiguous():
         weight = _canonical_strides(weight, suggest_memory_format(weight))
     bn_weight, bn_bias = _contiguous(bn_weight), _contiguous(bn_bias)

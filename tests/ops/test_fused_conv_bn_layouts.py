@@ -165,12 +165,13 @@ def test_fused_conv_bn2d_contiguous_inputs_are_not_copied():
 @pytest.mark.parametrize("stat", STATS)
 def test_fused_conv_bn2d_training_refuses_expanded_running_stats(stat):
     """Training updates the running stats in place: an expanded view (one shared element,
-    which F.batch_norm silently overwrites per channel) gets a clear error instead."""
+    which F.batch_norm silently overwrites per channel) gets a clear error from both impls."""
     x, w = torch.randn(2, 3, 4, 4), torch.randn(5, 3, 1, 1)
     stats = {"running_mean": torch.zeros(5), "running_var": torch.ones(5)}
     stats[stat] = stats[stat][:1].expand(5)
-    with pytest.raises(ValueError, match=f"{stat} is an expanded view.*{stat}.clone"):
-        fused_conv_bn2d(x, w, **stats, training=True)
+    for impl in ("custom", "builtin"):
+        with pytest.raises(ValueError, match=f"{stat} is an expanded view.*{stat}.clone"):
+            fused_conv_bn2d(x, w, **stats, training=True, impl=impl)
     assert fused_conv_bn2d(x, w, **stats, training=False).shape == (2, 5, 4, 4)  # read only
 
 
