@@ -23,9 +23,13 @@ from fitting.tasks import TASKS
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-class Impl(Enum):
+class Impl(str, Enum):
     custom = "custom"
     builtin = "builtin"
+
+    def __str__(self) -> str:
+        # The value, so `${impl}` interpolated into a string key (ops.*) reads `custom`.
+        return self.value
 
 
 class Device(Enum):
@@ -49,6 +53,17 @@ class LogConfig:
 
 
 @dataclass
+class OpsConfig:
+    """Which function runs each op: custom, builtin or <module>:<name> (models.ops.choice);
+    each follows `impl` unless given, so impl= flips all and ops.<op>= one."""
+
+    linear: str = "${impl}"
+    relu: str = "${impl}"
+    conv_bn: str = "${impl}"
+    legendre_p3: str = "${impl}"
+
+
+@dataclass
 class CkptConfig:
     # checkpoint.pt every N steps (0: only at the end and when the run is stopped). A write took
     # ~2 ms here (poly3 or mlp; mostly the file system): ~2% of 500 of poly3's 0.2 ms steps.
@@ -65,6 +80,7 @@ class Config:
     task: Any = MISSING  # the schema of TASKS[name], from the `task` group
     optimizer: Any = MISSING  # the schema of OPTIMIZERS[name], from the `optimizer` group
     impl: Impl = Impl.custom
+    ops: OpsConfig = field(default_factory=OpsConfig)
     steps: int = 2000
     seed: int = 0
     device: Device = Device.auto
@@ -83,6 +99,9 @@ class Config:
     # runs become repeatable or fail on an op without a deterministic kernel. CPU runs are
     # repeatable without it.
     deterministic: bool = False
+    # torch.profiler over a few steps after a warm-up: a Chrome trace (profile_trace.json, opens
+    # in Perfetto) in the run dir and the top ops by self CPU time in the run's log.
+    profile: bool = False
     # A run dir to continue from its checkpoint.pt, in that dir (python train.py resume=DIR).
     resume: str | None = None
 

@@ -113,6 +113,9 @@ class Poly3Call(OpCall):
         """a + b * fn(c + d x)."""
         return self.a + self.b * self.fn(self.c + self.d * x)
 
+    # The poly3 task describes and draws its model by its formula, whichever fn runs P3.
+    formula = Poly3.formula
+
 
 # op -> (the layer types that run it, the module that replaces them)
 SWAPS: dict[str, tuple[tuple[type[nn.Module], ...], type[OpCall]]] = {

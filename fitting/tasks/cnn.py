@@ -80,7 +80,8 @@ class CNNTask:
 
     def describe(self, model: CurveCNN) -> str:
         """Architecture in one line."""
-        blocks = sum(1 for m in model.features if type(m).__name__ == "FusedConvBN2d")
+        # One conv per conv-BN block, whichever function (ops.conv_bn) runs the block.
+        blocks = sum(1 for m in model.features.modules() if isinstance(m, torch.nn.Conv2d))
         n_params = sum(p.numel() for p in model.parameters())
         return f"CurveCNN with {blocks} FusedConvBN2d blocks, {n_params} parameters"
 

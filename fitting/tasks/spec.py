@@ -61,9 +61,11 @@ TaskBuilder = Callable[[Any, str, "torch.device", "torch.dtype", "torch.Generato
 @dataclass(frozen=True)
 class TaskSpec:
     """task=<name>: `schema` is its config dataclass (conf/task/<name>.yaml fills it),
-    `check(cfg, checker)` adds its out-of-range values, `build` makes the Task."""
+    `check(cfg, checker)` adds its out-of-range values, `build` makes the Task; `ops` are the
+    app ops its model runs (the keys of models.ops.choice.OPS its `ops.<op>=` switches)."""
 
     name: str
     schema: type
     check: Callable[[Any, Checker], None]
     build: TaskBuilder
+    ops: tuple[str, ...] = ()

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fitting.optim import OPTIMIZERS
+from fitting.tasks import TASKS
 
 if TYPE_CHECKING:
     from fitting.config import Config
@@ -13,10 +14,12 @@ if TYPE_CHECKING:
 
 
 def start_line(cfg: Config, task: str, device: Any) -> str:
-    """task, impl, the optimizer and its main setting, steps, seed, device, dtype (compile)."""
+    """task, impl and the choice of each of the task's ops, the optimizer and its main setting,
+    steps, seed, device, dtype (compile)."""
     optimizer = OPTIMIZERS[cfg.optimizer.name].describe(cfg.optimizer)
+    ops = "".join(f" {key}={value}" for key, value in op_choices(cfg, task).items())
     return (
-        f"task={task} impl={cfg.impl.value} optimizer={optimizer} steps={cfg.steps} "
+        f"task={task} impl={cfg.impl.value}{ops} optimizer={optimizer} steps={cfg.steps} "
         f"seed={cfg.seed} device={device} dtype={cfg.dtype.value}"
         + (" compile=true" if cfg.compile else "")
     )
@@ -78,11 +81,17 @@ def hparams(cfg: Config, task: str, device: Any) -> dict[str, Any]:
         "device": str(device),
         "dtype": cfg.dtype.value,
     }
+    out.update(op_choices(cfg, task))
     if not OPTIMIZERS[cfg.optimizer.name].takes_lr:
         del out["lr"]
     if cfg.compile:
         out["compile"] = "true"
     return out
+
+
+def op_choices(cfg: Config, task: str) -> dict[str, str]:
+    """{'ops.<op>': spec} of the ops task `task` runs."""
+    return {f"ops.{op}": str(getattr(cfg.ops, op)) for op in TASKS[task].ops}
 
 
 def final_metrics(result: FitResult, summary: dict[str, float]) -> dict[str, float]:

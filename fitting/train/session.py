@@ -18,6 +18,7 @@ from fitting.track.tb_logging import TBLogger
 from fitting.train.checkpoint import Checkpointer, check_resumable, plain_config, restore
 from fitting.train.checkpoint import load as load_checkpoint
 from fitting.train.loop import Parts, fit
+from fitting.train.ops import resolve_ops, swaps, user_op_lines
 from fitting.train.parallel import job_threads
 from fitting.train.report import closing_lines, final_metrics, hparams, start_line, where_lines
 from fitting.train.validate import CHECKPOINT, ConfigError
@@ -31,16 +32,20 @@ log = logging.getLogger(__name__)
 def train(cfg: Config, out: Path) -> float:
     """Train as `cfg` (a config fitting.train.validate accepted) says, writing the TensorBoard
     run, figures and checkpoint.pt to the dir `out`; return the last step's loss."""
+    device, dtype = resolve_device(cfg.device.value), getattr(torch, cfg.dtype.value)
+    ops = resolve_ops(cfg.ops, device, dtype)  # a user op that fails stops here, nothing written
     out.mkdir(parents=True, exist_ok=True)
     saved = _resume_payload(cfg, out) if cfg.resume else None
-    device, dtype = resolve_device(cfg.device.value), getattr(torch, cfg.dtype.value)
     spec = OPTIMIZERS[cfg.optimizer.name]
     with torch_threads(job_threads(cfg.threads)), deterministic(cfg.deterministic, device):
         torch.manual_seed(cfg.seed)  # model initialization; data use their own seeded generator
-        task = build_task(cfg.task, cfg.impl.value, device, dtype, cfg.seed)
+        chosen = swaps(ops, cfg.impl.value, cfg.task.name)
+        task = build_task(cfg.task, cfg.impl.value, device, dtype, cfg.seed, chosen)
         optimizer = spec.build(cfg.optimizer, task.model, task)
         state = None if saved is None else restore(saved, task, optimizer)
         log.info("%s", start_line(cfg, task.name, device))
+        for line in user_op_lines(ops, task.name):
+            log.info("%s", line)
         if state is not None:
             log.info("resuming after step %d of %d from %s", state.step, cfg.steps,
                      out / CHECKPOINT)

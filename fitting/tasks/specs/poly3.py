@@ -52,4 +52,4 @@ def build(
     return Poly3Task(cfg, impl, device, dtype)
 
 
-SPEC = TaskSpec("poly3", Poly3Config, check, build)
+SPEC = TaskSpec("poly3", Poly3Config, check, build, ops=("legendre_p3",))
