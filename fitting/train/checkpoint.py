@@ -35,9 +35,10 @@ from fitting.train.validate import CHECKPOINT, ConfigError, resume_problem
 # The payload's layout: bump it when the payload changes (its keys, LoopState's fields, the
 # config's keys), so that an older checkpoint is refused in one line, not with a KeyError.
 FORMAT = 1
-# Keys a resumed run may change: how long it runs, what it logs, how it saves, threads, and
-# what a non-finite loss does. Anything else would make it a different run.
-RESUMABLE_KEYS = ("steps", "log", "ckpt", "threads", "on_nonfinite", "resume")
+# Keys a resumed run may change: how long it runs, what it logs, how it saves, threads, what a
+# non-finite loss does and whether it is profiled. Anything else (ops.* too) would make it a
+# different run.
+RESUMABLE_KEYS = ("steps", "log", "ckpt", "threads", "on_nonfinite", "profile", "resume")
 
 
 @dataclass

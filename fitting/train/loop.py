@@ -59,7 +59,8 @@ class FitResult:
 class Parts:
     """What the loop runs: the task, its optimizer and the spec whose hooks the loop calls, the
     forward the closure computes the residuals with (e.g. the torch.compile'd model; None: the
-    model itself), where events and figures go, and the checkpointer (None: no checkpoints)."""
+    model itself), where events and figures go, the checkpointer (None: no checkpoints) and
+    a hook called after each step (e.g. fitting.train.profile's)."""
 
     task: Task
     optimizer: torch.optim.Optimizer
@@ -68,6 +69,7 @@ class Parts:
     out_dir: Path
     forward: Callable[..., Any] | None = None
     ckpt: Checkpointer | None = None
+    after_step: Callable[[], None] = lambda: None
 
 
 def fit(parts: Parts, cfg: Config, state: LoopState | None = None) -> FitResult:
@@ -171,6 +173,7 @@ class _Loop:
             self.parts.tb.histograms(step, self.named)
         if bar is not None:
             bar.update()
+        self.parts.after_step()
         if (step + 1) % self.console_every == 0 or converged:
             log.info("step %d/%d  loss %.6g", step + 1, self.cfg.steps, loss_value)
         return converged

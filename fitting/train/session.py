@@ -20,6 +20,7 @@ from fitting.train.checkpoint import load as load_checkpoint
 from fitting.train.loop import Parts, fit
 from fitting.train.ops import resolve_ops, swaps, user_op_lines
 from fitting.train.parallel import job_threads
+from fitting.train.profile import step_profiler
 from fitting.train.report import closing_lines, final_metrics, hparams, start_line, where_lines
 from fitting.train.validate import CHECKPOINT, ConfigError
 
@@ -53,8 +54,12 @@ def train(cfg: Config, out: Path) -> float:
         ckpt = Checkpointer(out, cfg.ckpt.every, plain_config(cfg), task, optimizer)
         # purge_step: TensorBoard drops what the run logged after its checkpoint, before it
         # stopped, so no step appears twice.
-        with TBLogger(out, purge_step=None if state is None else state.step) as tb:
-            result = fit(Parts(task, optimizer, spec, tb, out, forward, ckpt), cfg, state)
+        with (
+            TBLogger(out, purge_step=None if state is None else state.step) as tb,
+            step_profiler(cfg.profile, out, device) as after_step,
+        ):
+            parts = Parts(task, optimizer, spec, tb, out, forward, ckpt, after_step)
+            result = fit(parts, cfg, state)
             summary = task.summary(task.model)
             metrics = final_metrics(result, summary)
             tb.hparams(hparams(cfg, task.name, device), metrics, result.steps)
