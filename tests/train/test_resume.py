@@ -118,5 +118,5 @@ def test_resume_refuses_a_different_run(tmp_path):
     assert proc.stderr == (
         f"config error: resume={run_dir} continues that run with its own config; these "
         "overrides change it: task='mlp' (the run has 'poly3'), seed=1 (the run has 0). Only "
-        "steps, log, ckpt, threads, on_nonfinite may be given\n"
+        "steps, log, ckpt, threads, on_nonfinite, profile may be given\n"
     )
