@@ -90,6 +90,7 @@ def test_hparams_are_in_the_run_itself(tmp_path):
     assert hp == {
         "task": "poly3", "impl": "builtin", "optimizer": "sgd", "lr": pytest.approx(1e-6),
         "steps": 3, "seed": 7, "device": "cpu", "dtype": "float32",
+        "ops.legendre_p3": "builtin",  # the task's ops, each as chosen (here by impl)
     }
     metrics = set(acc.Tags()["scalars"])
     assert {"final/loss", "final/a", "final/b", "final/c", "final/d"} <= metrics
