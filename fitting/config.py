@@ -8,6 +8,7 @@ fitting.optim.OPTIMIZERS); the top-level keys are here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -135,6 +136,12 @@ def config_subdir(resume: str | None) -> str | None:
     return None if _resumable(resume) else ".hydra"
 
 
+def unescaped(dirname: str) -> str:
+    """hydra.job.override_dirname without the backslashes Hydra puts before special characters
+    (`ops.relu=my_ops\\:my_relu`): a job dir name a shell and TensorBoard show as typed."""
+    return re.sub(r"\\(.)", r"\1", dirname)
+
+
 def _resumable(resume: str | None) -> bool:
     """Whether `resume` names a dir that holds a checkpoint.pt."""
     return bool(resume) and (Path(resume).expanduser() / "checkpoint.pt").is_file()
@@ -152,6 +159,8 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT))
     if not OmegaConf.has_resolver("run_dir"):
         OmegaConf.register_new_resolver("run_dir", run_dir)
+    if not OmegaConf.has_resolver("unescaped"):
+        OmegaConf.register_new_resolver("unescaped", unescaped)
     if not OmegaConf.has_resolver("config_subdir"):
         OmegaConf.register_new_resolver("config_subdir", config_subdir)
 
