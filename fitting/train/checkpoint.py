@@ -14,7 +14,7 @@ import math
 import os
 import random
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fitting.config import typed_config
+from fitting.config import OpsConfig, typed_config
 from fitting.train.checkpoint_errors import (
     check_config,
     check_model,
@@ -131,9 +131,18 @@ def load(run_dir: str | Path) -> Payload:
     except Exception as err:  # torch raises EOFError, OSError, RuntimeError, UnpicklingError...
         raise unreadable(path, err) from err
     check_payload(raw, path, FORMAT)
+    add_implied_keys(raw["config"])
     payload = Payload(raw)
     payload.path = path
     return payload
+
+
+def add_implied_keys(config: dict[str, Any]) -> None:
+    """Fill in, in place, the keys a checkpoint written before them implies: each op as its
+    `impl` (ops.*), no profiling."""
+    if "impl" in config:
+        config.setdefault("ops", {f.name: config["impl"] for f in fields(OpsConfig)})
+    config.setdefault("profile", False)
 
 
 def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> LoopState:

@@ -14,7 +14,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.tasks import TASKS
-from fitting.train.checkpoint import load
+from fitting.train.checkpoint import load, resume_config
 from fitting.train.run import run
 from fitting.train.validate import ConfigError
 
@@ -141,3 +141,23 @@ def test_the_ops_chosen_otherwise_than_impl_are_swapped_in():
     assert [type(m) for m in model] == [Linear, ReLUCall, Linear, ReLUCall, Linear]
     assert all(m.fn is torch.relu for m in model if isinstance(m, ReLUCall))
     assert not any(isinstance(m, ReLU) for m in model)
+
+
+def test_a_checkpoint_without_ops_resumes_with_each_op_as_its_impl(tmp_path):
+    """A checkpoint written before ops.* and profile existed meant every op as impl."""
+    import torch
+
+    base = [*SHORT["mlp"], *QUIET, "impl=builtin"]
+    whole = run(make_cfg(*base, "steps=6"), tmp_path / "whole")
+    run(make_cfg(*base, "steps=3"), tmp_path / "old")
+    path = tmp_path / "old" / "checkpoint.pt"
+    payload = torch.load(path, weights_only=True)
+    del payload["config"]["ops"], payload["config"]["profile"]
+    torch.save(payload, path)
+    assert load(tmp_path / "old")["config"]["ops"] == dict.fromkeys(OPS, "builtin")
+    overrides = ["steps=6", f"resume={tmp_path / 'old'}"]
+    cfg = resume_config(make_cfg(*overrides), overrides, {"task": "poly3"})  # as train.py does
+    assert {op: cfg.ops[op] for op in OPS} == dict.fromkeys(OPS, "builtin")
+    assert cfg.profile is False
+    resumed = run(make_cfg(*base, "steps=6", f"resume={tmp_path / 'old'}"), tmp_path / "old")
+    assert resumed == whole
