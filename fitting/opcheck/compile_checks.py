@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from fitting.opcheck.checks import Check, Subject, compare, line
+from models.ops import LegendreP3NumPy
 
 
 def _run(s: Subject, fn, args: tuple) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -51,11 +52,12 @@ def compile_fullgraph(s: Subject) -> Check:
     return Check(name, "pass", f"no graph break; compiled vs eager (fwd+bwd): {detail}")
 
 
-# The op types torch.library.opcheck takes: custom_op's CustomOpDef and torch.ops.* ops (an
-# overload packet like torch.ops.aten.sin, or one overload like torch.ops.aten.sin.default),
-# named through public objects.
+# The op types torch.library.opcheck takes: what torch.library.custom_op returns, and
+# torch.ops.* ops (an overload packet like torch.ops.aten.sin, or one overload like
+# torch.ops.aten.sin.default), named through public objects (torch.library exports the first
+# type by name only in recent releases).
 _LIBRARY_OP_TYPES = (
-    torch.library.CustomOpDef,
+    type(LegendreP3NumPy),
     type(torch.ops.aten.sin.default),
     type(torch.ops.aten.sin),
 )
