@@ -5,9 +5,11 @@
   the allocation and free records of `torch.autograd.profiler.profile(profile_memory=True)`,
   summed in time order. (`torch.profiler.profile` would do the same, but it imports
   torch._inductor on start, seconds of start-up.)
-- Peak RSS (`peak_rss_bytes`): `getrusage(RUSAGE_SELF).ru_maxrss`, the kernel's high-water
-  mark of the process's resident memory (VmHWM on Linux), read with one system call on Linux
-  and macOS alike. It only grows: it is the run's peak so far, whatever step made it.
+- Peak RSS (`peak_rss_bytes`): the kernel's high-water mark of the process's resident memory,
+  VmHWM of /proc/self/status on Linux, `getrusage(RUSAGE_SELF).ru_maxrss` elsewhere. Not
+  ru_maxrss on Linux: it survives exec, so a process started from a bigger one (a benchmark's
+  child, a test's subprocess) reports its parent's peak. It only grows: it is the run's peak
+  so far, whatever step made it.
 
 Profiling a step costs a few milliseconds, so the training loop measures the tensor peak on
 sampled steps only (`StepMemory`); reading the peak RSS is free and done at every logged step.
@@ -46,7 +48,14 @@ class Peak:
 
 
 def peak_rss_bytes() -> int:
-    """The process's peak resident set size so far, in bytes (0 where getrusage is missing)."""
+    """The process's peak resident set size so far, in bytes (0 where it cannot be read)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # in kB
+    except OSError:  # no /proc: not Linux
+        pass
     if resource is None:
         return 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
