@@ -197,5 +197,5 @@ def main(argv: list[str] | None = None) -> None:
     plot(points, args.budget_mb, args.png, header)
     write_csv(args.csv, csv_rows(points, args.device, context))
     command = f"python -m fitting.bench memory {shlex.join(argv or [])}".strip()
-    write_section(args.doc, "memory sweep", command, report)
+    write_section(args.doc, "memory", command, report)
     print(f"\nwritten: {args.png}, {args.csv}, {args.doc}")

@@ -1,9 +1,10 @@
 """Where benchmark results go: sections of docs/benchmarks.md and machine-readable CSV files.
 
-Each benchmark command owns one section of docs/benchmarks.md, between two HTML comments, and
-rewrites only that section, headed by the command that produced it; the text around the
-sections is written by hand. The CSV files carry one row per op × impl × size × metric, with
-the machine and software each was measured on, so runs of two machines or commits compare.
+Each benchmark command owns one section of docs/benchmarks.md, between the HTML comments `<!--
+bench:NAME -->` and `<!-- /bench:NAME -->`, and rewrites only that section, headed by the
+command that produced it; the text around the sections is written by hand. The CSV files carry
+one row per op × impl × size × metric, with the machine and software each was measured on, so
+runs of two machines or commits compare.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def write_section(doc: Path, name: str, command: str, body: str) -> None:
     """Replace section `name` of `doc` (appended if missing) with `body` under its command."""
-    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+    begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     block = (
         f"{begin}\n<!-- written by `{command}`; edit outside the markers -->\n\n"
         f"Produced by `{command}`:\n\n{body.strip()}\n\n{end}"

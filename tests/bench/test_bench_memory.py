@@ -123,7 +123,7 @@ def test_memory_command_end_to_end(tmp_path):
     assert {r["metric"] for r in rows} == {"tensor_peak_bytes", "rss_above_start_bytes",
                                            "rss_peak_bytes", "step_ms"}  # fmt: skip
     doc = paths["doc"].read_text()
-    assert "<!-- memory sweep: begin -->" in doc and "Largest batch within a 50 MiB budget" in doc
+    assert "<!-- bench:memory -->" in doc and "Largest batch within a 50 MiB budget" in doc
     assert f"Produced by `python -m fitting.bench {' '.join(args)}`" in doc
 
 

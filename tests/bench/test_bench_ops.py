@@ -75,12 +75,12 @@ def test_write_section_replaces_only_its_own_section(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\nHand-written intro.\n")
     write_section(doc, "ops", "python -m fitting.bench", "| a |\n|---|\n| 1 |")
-    write_section(doc, "memory sweep", "python -m fitting.bench memory", "table M")
+    write_section(doc, "memory", "python -m fitting.bench memory", "table M")
     doc.write_text(doc.read_text() + "\nHand-written outro.\n")
     write_section(doc, "ops", "python -m fitting.bench --quick", "| a |\n|---|\n| 2 |")
     text = doc.read_text()
     assert text.startswith("# Benchmarks\n\nHand-written intro.\n")
     assert text.endswith("Hand-written outro.\n")
     assert "| 2 |" in text and "| 1 |" not in text and "table M" in text
-    assert text.count("<!-- ops: begin -->") == 1
+    assert text.count("<!-- bench:ops -->") == 1 and text.count("<!-- /bench:ops -->") == 1
     assert "Produced by `python -m fitting.bench --quick`" in text
