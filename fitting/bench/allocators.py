@@ -50,6 +50,18 @@ def meets_rules(rows: list[dict], policy: str) -> bool | None:
     return row["custom_rss"] <= row["builtin_rss"] and row["time_ratio"] <= MAX_TIME_RATIO
 
 
+def verdict(rows: list[dict]) -> str:
+    """Which measured policies meet both rules at RULE_BATCH, and whether the default does."""
+    policies = dict.fromkeys(r["policy"] for r in rows)
+    meeting = [p for p in policies if meets_rules(rows, p)]
+    rules = (f"at batch {RULE_BATCH}, custom peak RSS <= builtin's and custom step time <= "
+             f"{MAX_TIME_RATIO}x builtin's")  # fmt: skip
+    default = meets_rules(rows, DEFAULT_POLICY)
+    said = {True: "meets them", False: "does NOT meet them", None: "was not measured"}[default]
+    return (f"Rules: {rules}. Met by: {', '.join(meeting) or 'none'}. The app's default "
+            f"(allocator={DEFAULT_POLICY}) {said}.")
+
+
 def table(rows: list[dict]) -> str:
     """Markdown: one row per policy × batch."""
     lines = [
@@ -106,8 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     context = machine("cpu", "per row", threads=1)
     report = (f"cnn training step (channels 8, 16; 32x32; adam), cpu, 1 thread, torch "
               f"{context['torch']}, {context['cpu']}; time × = custom/builtin step time, "
-              f"alternated in one process; RSS in a fresh process per impl\n\n{table(rows)}\n\n"
-              + "\n".join(skipped))  # fmt: skip
+              f"alternated in one process; RSS in a fresh process per impl\n\n{table(rows)}"
+              f"\n\n{verdict(rows)}\n\n" + "\n".join(skipped))  # fmt: skip
     print(report)
     write_csv(args.csv, csv_rows(rows))
     command = "python -m fitting.bench allocators " + shlex.join(argv or [])

@@ -1,7 +1,7 @@
 """Where benchmark results go: sections of docs/benchmarks.md and machine-readable CSV files.
 
-Each benchmark command owns one section of docs/benchmarks.md, between the HTML comments `<!--
-bench:NAME -->` and `<!-- /bench:NAME -->`, and rewrites only that section, headed by the
+Each benchmark command owns one section of docs/benchmarks.md, between the HTML comments
+`<!-- bench:NAME -->` and `<!-- /bench:NAME -->`, and rewrites only that section, headed by the
 command that produced it; the text around the sections is written by hand. The CSV files carry
 one row per op × impl × size × metric, with the machine and software each was measured on, so
 runs of two machines or commits compare.

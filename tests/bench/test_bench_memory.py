@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fitting.bench import memory_sweep
-from fitting.bench.allocators import meets_rules
+from fitting.bench.allocators import meets_rules, verdict
 from fitting.bench.allocators import table as allocator_table
 from fitting.bench.child_env import BENCH_POLICIES, env_for
 from fitting.bench.cli import main as bench_main
@@ -80,6 +80,7 @@ def test_allocator_rules():
     lines = allocator_table(rows).splitlines()
     assert lines[3].startswith("| mmap (app default) | 64 |") and lines[3].endswith("|  |")
     assert lines[4].endswith("| yes |") and lines[5].endswith("| no |")
+    assert verdict(rows).endswith("Met by: mmap. The app's default (allocator=mmap) meets them.")
 
 
 def test_child_env_for_each_policy():
