@@ -21,6 +21,15 @@ from fitting.bench.report import DOC, ROOT, machine, write_csv, write_section
 from fitting.train.allocator import DEFAULT_POLICY
 
 MIB = 1 << 20
+NOTE = """\
+Tensor peak: the most tensor bytes a training step had allocated at once above those live at its
+start (CPU: the allocation records of `torch.autograd.profiler.profile(profile_memory=True)`;
+CUDA: `torch.cuda.max_memory_allocated`). Peak RSS: the process's resident-memory high-water
+mark (VmHWM). A training run logs the same two as `memory/peak_bytes`, on sampled steps only
+since profiling a step costs milliseconds (the first logged step after step 0, then the first
+logged step from each multiple of `log.memory_every`, default 1000), and
+`memory/peak_rss_bytes` at every logged step; both are in the end-of-run summary and in
+`python -m fitting.compare`'s table."""
 BATCHES = (64, 128, 256, 512, 1024, 2048)
 IMPLS = ("custom", "builtin")
 TARGET_BATCH = 1024
@@ -166,7 +175,7 @@ def csv_rows(points: list[dict], device: str, context: dict) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     """CLI: sweep, print the tables, write the PNG, the CSV and the docs section."""
     parser = argparse.ArgumentParser(prog="python -m fitting.bench memory", description=__doc__)
-    parser.add_argument("--budget-mb", type=float, default=512.0)
+    parser.add_argument("--budget-mb", type=float, default=300.0)
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--allocator", default=DEFAULT_POLICY, help="policy of every point")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -191,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     checks = targets(points, args.device)
     check_table = "\n".join(["| target (batch 1024) | measured | met |", "|---|---|---|"]
                             + [f"| {t} | {m} | {'yes' if ok else 'NO'} |" for t, m, ok in checks])
-    report = (f"{header}\n\n{points_table(points)}\n\n{budget_lines(points, args.budget_mb)}\n\n"
+    report = (f"{header}\n\n{NOTE}\n\n{points_table(points)}\n\n"
+              f"{budget_lines(points, args.budget_mb)}\n\n"
               f"{check_table if checks else ''}\n\n![memory sweep]({args.png.name})")
     print(report)
     plot(points, args.budget_mb, args.png, header)
