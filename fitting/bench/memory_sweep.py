@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 
 import torch
@@ -153,7 +154,7 @@ def plot(points: list[dict], budget_mb: float, path: Path, title: str) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("MiB")
     axes[0].legend(title="★ largest batch within budget")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(textwrap.fill(title, 130), fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
