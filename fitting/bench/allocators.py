@@ -35,6 +35,7 @@ def measure(policy: str, batch: int, rounds: int, min_run_time: float) -> dict:
         row[f"{impl}_ms"] = times[f"{impl}_ms"]
         row[f"{impl}_rss"] = point["rss_peak_bytes"]
         row[f"{impl}_rss_above_start"] = point["rss_peak_bytes"] - point["rss_start_bytes"]
+        row[f"{impl}_cpu_ms"], row[f"{impl}_faults"] = point["cpu_ms"], point["faults"]
     row["time_ratio"] = row["custom_ms"] / row["builtin_ms"]
     row["rss_ratio"] = row["custom_rss"] / row["builtin_rss"]
     print(f"  {policy:9} batch {batch:5}: time {row['time_ratio']:.3f}x, "
@@ -66,8 +67,9 @@ def table(rows: list[dict]) -> str:
     """Markdown: one row per policy × batch."""
     lines = [
         "| allocator | batch | custom ms | builtin ms | time × | peak RSS custom MiB "
-        "| builtin MiB | RSS × | RSS above start custom MiB | builtin MiB | meets rules |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| builtin MiB | RSS × | CPU ms/step custom | builtin | page faults/step custom "
+        "| builtin | meets rules |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         ok = meets_rules(rows, r["policy"]) if r["batch"] == RULE_BATCH else None
@@ -75,8 +77,9 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {name} | {r['batch']} | {r['custom_ms']:.1f} | {r['builtin_ms']:.1f} | "
             f"{r['time_ratio']:.3f} | {mib(r['custom_rss'])} | {mib(r['builtin_rss'])} | "
-            f"{r['rss_ratio']:.3f} | {mib(r['custom_rss_above_start'])} | "
-            f"{mib(r['builtin_rss_above_start'])} | {'' if ok is None else 'yes' if ok else 'no'} |"
+            f"{r['rss_ratio']:.3f} | {r['custom_cpu_ms']:.0f} | {r['builtin_cpu_ms']:.0f} | "
+            f"{r['custom_faults']:,} | {r['builtin_faults']:,} | "
+            f"{'' if ok is None else 'yes' if ok else 'no'} |"
         )
     return "\n".join(lines)
 
@@ -88,7 +91,8 @@ def csv_rows(rows: list[dict]) -> list[dict]:
         context = machine("cpu", r["allocator"], threads=1)
         for impl in IMPLS:
             for metric, key in (("step_ms", "ms"), ("rss_peak_bytes", "rss"),
-                                ("rss_above_start_bytes", "rss_above_start")):  # fmt: skip
+                                ("rss_above_start_bytes", "rss_above_start"),
+                                ("cpu_ms", "cpu_ms"), ("page_faults", "faults")):  # fmt: skip
                 value = r[f"{impl}_{key}"]
                 out.append({"suite": "allocators", "op": "cnn training step",
                             "size": f"batch={r['batch']}", "impl": impl, "metric": metric,
@@ -118,7 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     context = machine("cpu", "per row", threads=1)
     report = (f"cnn training step (channels 8, 16; 32x32; adam), cpu, 1 thread, torch "
               f"{context['torch']}, {context['cpu']}; time × = custom/builtin step time, "
-              f"alternated in one process; RSS in a fresh process per impl\n\n{table(rows)}"
+              f"alternated in one process; RSS, CPU time and (minor) page faults per step "
+              f"in a fresh process per impl\n\n{table(rows)}"
               f"\n\n{verdict(rows)}\n\n" + "\n".join(skipped))  # fmt: skip
     print(report)
     write_csv(args.csv, csv_rows(rows))

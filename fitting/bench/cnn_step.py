@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -49,12 +50,14 @@ def training_step(
 
 
 def measure_memory(impl: str, batch: int, steps: int, device: str = "cpu") -> dict:
-    """Peak RSS before/after `steps` training steps, their times, then one step's tensor peak
-    (on CUDA: max_memory_allocated above the step's start)."""
+    """Peak RSS before/after `steps` training steps, their times, CPU time and page faults,
+    then one step's tensor peak (on CUDA: max_memory_allocated above the step's start)."""
     step = training_step(impl, batch, device)
     rss_start = peak_rss_bytes()
     times = []
     for i in range(WARMUP_STEPS + steps):
+        if i == WARMUP_STEPS:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         step()
         if device != "cpu":
@@ -62,6 +65,9 @@ def measure_memory(impl: str, batch: int, steps: int, device: str = "cpu") -> di
         if i >= WARMUP_STEPS:
             times.append((time.perf_counter() - t0) * 1e3)
     rss_peak = peak_rss_bytes()  # read before the profiled step, whose records take memory
+    # CPU time and page faults: less sensitive than wall time to other processes' load.
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_s = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
     with step_peak(device) as peak:
         step()
     return {
@@ -71,6 +77,8 @@ def measure_memory(impl: str, batch: int, steps: int, device: str = "cpu") -> di
         "rss_start_bytes": rss_start,
         "rss_peak_bytes": rss_peak,
         "step_ms": statistics.median(times),
+        "cpu_ms": cpu_s / steps * 1e3,
+        "faults": (after.ru_minflt - usage.ru_minflt) // steps,
     }
 
 

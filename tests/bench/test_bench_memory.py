@@ -71,7 +71,8 @@ def test_allocator_rules():
         return {"policy": policy, "batch": batch, "allocator": "x", "custom_ms": c_ms,
                 "builtin_ms": 100.0, "time_ratio": c_ms / 100.0, "custom_rss": c_rss,
                 "builtin_rss": b_rss, "rss_ratio": c_rss / b_rss, "custom_rss_above_start": 1,
-                "builtin_rss_above_start": 1}  # fmt: skip
+                "builtin_rss_above_start": 1, "custom_cpu_ms": 90.0, "builtin_cpu_ms": 80.0,
+                "custom_faults": 1200, "builtin_faults": 1000}  # fmt: skip
 
     rows = [row("default", 1024, 102.0, 575, 546), row("mmap", 64, 130.0, 10, 9),
             row("mmap", 1024, 108.0, 468, 493), row("tuned", 1024, 120.0, 400, 500)]
@@ -79,7 +80,7 @@ def test_allocator_rules():
         False, True, False, None]  # fmt: skip
     lines = allocator_table(rows).splitlines()
     assert lines[3].startswith("| mmap (app default) | 64 |") and lines[3].endswith("|  |")
-    assert lines[4].endswith("| yes |") and lines[5].endswith("| no |")
+    assert lines[4].endswith("| 90 | 80 | 1,200 | 1,000 | yes |") and lines[5].endswith("| no |")
     assert verdict(rows).endswith("Met by: mmap. The app's default (allocator=mmap) meets them.")
 
 
@@ -106,6 +107,7 @@ def test_cnn_step_point_in_a_fresh_process():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["tensor_peak_bytes"] > 8 * 8 * 32 * 32 * 4  # layer 1's output at batch 8
     assert result["rss_peak_bytes"] >= result["rss_start_bytes"] > 0
+    assert result["cpu_ms"] > 0 and result["faults"] >= 0
     assert "allocator=mmap" in result["allocator"]
     assert "profiler" not in out.stderr.lower() and "USDT" not in out.stderr
 
@@ -137,7 +139,7 @@ def test_allocators_command_end_to_end(tmp_path):
                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     rows = list(csv.DictReader(csv_path.open()))
-    assert len(rows) == 2 * 2 * 3  # policies x impls x metrics
+    assert len(rows) == 2 * 2 * 5  # policies x impls x metrics
     assert {r["allocator"].split("malloc, ")[-1] for r in rows} == {
         "allocator=default (default thresholds)", "allocator=mmap (mallopt mmap/trim (65536, None))"
     }
