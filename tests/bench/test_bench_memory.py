@@ -71,8 +71,9 @@ def test_allocator_rules():
         return {"policy": policy, "batch": batch, "allocator": "x", "custom_ms": c_ms,
                 "builtin_ms": 100.0, "time_ratio": c_ms / 100.0, "custom_rss": c_rss,
                 "builtin_rss": b_rss, "rss_ratio": c_rss / b_rss, "custom_rss_above_start": 1,
-                "builtin_rss_above_start": 1, "custom_cpu_ms": 90.0, "builtin_cpu_ms": 80.0,
-                "custom_faults": 1200, "builtin_faults": 1000}  # fmt: skip
+                "builtin_rss_above_start": 1, "custom_cpu_ms": c_ms, "builtin_cpu_ms": 100.0,
+                "cpu_ratio": c_ms / 100.0, "custom_faults": 1200,
+                "builtin_faults": 1000}  # fmt: skip
 
     rows = [row("default", 1024, 102.0, 575, 546), row("mmap", 64, 130.0, 10, 9),
             row("mmap", 1024, 108.0, 468, 493), row("tuned", 1024, 120.0, 400, 500)]
@@ -80,7 +81,8 @@ def test_allocator_rules():
         False, True, False, None]  # fmt: skip
     lines = allocator_table(rows).splitlines()
     assert lines[3].startswith("| mmap (app default) | 64 |") and lines[3].endswith("|  |")
-    assert lines[4].endswith("| 90 | 80 | 1,200 | 1,000 | yes |") and lines[5].endswith("| no |")
+    assert lines[4].endswith("| 108 | 100 | 1.080 | 1,200 | 1,000 | yes |")
+    assert lines[5].endswith("| no |")
     assert verdict(rows).endswith("Met by: mmap. The app's default (allocator=mmap) meets them.")
 
 
