@@ -19,6 +19,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from fitting.optim import OPTIMIZERS
 from fitting.tasks import TASKS
+from fitting.train.allocator import DEFAULT_POLICY, POLICIES
 
 # The checkout that holds train.py, conf/ and fitting/: runs go to its outputs/ whatever the cwd.
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +52,10 @@ class LogConfig:
     figure_every: int = 1000  # figure of the fit; one is always made at the end
     val_every: int = 100  # loss/val, for tasks with a validation set
     console_every: int = 0  # a console/log line every N steps; 0 = 10 lines per run
+    # memory/peak_bytes (a step's tensor peak) on the first logged step after step 0, then on
+    # the first logged step from each multiple of N (0: only that first one). Profiling a
+    # step costs milliseconds, hence sampled; memory/peak_rss_bytes is logged at every step.
+    memory_every: int = 1000
 
 
 @dataclass
@@ -75,6 +80,10 @@ class CkptConfig:
 # exit) or raise FloatingPointError with its traceback (also after the checkpoint).
 OnNonFinite = Enum("OnNonFinite", {"stop": "stop", "raise": "raise"})
 
+# The CPU heap allocator policy, set at start-up: fitting/train/allocator.py, measured in
+# docs/benchmarks.md.
+Allocator = Enum("Allocator", {name: name for name in POLICIES})
+
 
 @dataclass
 class Config:
@@ -96,6 +105,7 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     ckpt: CkptConfig = field(default_factory=CkptConfig)
     on_nonfinite: OnNonFinite = OnNonFinite.stop
+    allocator: Allocator = Allocator[DEFAULT_POLICY]
     # torch.use_deterministic_algorithms(True) (and a cuBLAS workspace setting on CUDA): CUDA
     # runs become repeatable or fail on an op without a deterministic kernel. CPU runs are
     # repeatable without it.

@@ -1,21 +1,19 @@
 """Benchmark the fused Conv2d+BatchNorm2d op against the built-in pair: time, saved bytes, peak.
 
-Run it through `python -m fitting.bench --only conv_bn`, which measures it under glibc's
-default malloc and with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised, each in a fresh
-process (see fitting/allocator.py).
+Run it through `python -m fitting.bench --only conv_bn`, which measures it under each chosen
+allocator policy in a fresh process (see fitting/train/allocator.py).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.utils.benchmark import Timer
 
-from fitting.bench.allocator import allocator_setting
 from fitting.bench.ops import row
+from fitting.train.allocator import allocator_setting
 from models.conv_bn import FusedConvBN2d
 from models.ops.fused_conv_bn import fused_conv_bn2d
 from models.ops.memory import saved_tensor_bytes
@@ -34,13 +32,13 @@ def _timed_ms(fn: Callable[[], object], min_run_time: float) -> list[float]:
 
 
 def _side_by_side(custom: Callable, builtin: Callable, rounds: int, min_run_time: float):
-    """Median ms of custom and of builtin, measured in alternating rounds in one process."""
+    """Per-block ms of custom and of builtin, measured in alternating rounds in one process."""
     times_c: list[float] = []
     times_b: list[float] = []
     for _ in range(rounds):
         times_c += _timed_ms(custom, min_run_time)
         times_b += _timed_ms(builtin, min_run_time)
-    return statistics.median(times_c), statistics.median(times_b)
+    return times_c, times_b
 
 
 def _saved_bytes(fn: Callable[[], torch.Tensor]) -> int:

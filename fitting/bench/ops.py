@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
+from fitting.bench.report import quantiles
 from fitting.opcheck.memory import op_in_model, task_saved_bytes
 from fitting.opcheck.tasks import OP_TASK, TASKS, build, describe, loss
 from models.ops import legendre_p3, linear, relu, relu_masked, saved_tensor_bytes
@@ -20,11 +20,11 @@ ROWS, FEATURES = 1024, 512  # relu's input and linear's x (ROWS x FEATURES) @ FE
 P3_SIZE = 1_000_000
 
 
-def fwd_bwd_ms(fn: Callable, inputs: list[torch.Tensor], min_run_time: float) -> float:
-    """Median milliseconds of one forward+backward of fn(*inputs)."""
+def fwd_bwd_ms(fn: Callable, inputs: list[torch.Tensor], min_run_time: float) -> list[float]:
+    """Milliseconds of one forward+backward of fn(*inputs), one per measured block."""
     grad = torch.ones_like(fn(*inputs))
     timer = Timer("fn(*inputs).backward(grad)", globals={"fn": fn, "inputs": inputs, "grad": grad})
-    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
+    return [t * 1e3 for t in timer.blocked_autorange(min_run_time=min_run_time).times]
 
 
 def saved_bytes(fn: Callable, inputs: list[torch.Tensor]) -> int:
@@ -45,17 +45,27 @@ def compare(
     """One table row: custom vs builtin time (side by side, alternating) and saved bytes."""
     if inputs[0].is_cuda:
         torch.cuda.synchronize()
-    times_c, times_b = [], []
+    times_c: list[float] = []
+    times_b: list[float] = []
     for _ in range(ROUNDS):
-        times_c.append(fwd_bwd_ms(custom, inputs, min_run_time))
-        times_b.append(fwd_bwd_ms(builtin, inputs, min_run_time))
-    t_c, t_b = statistics.median(times_c), statistics.median(times_b)
+        times_c += fwd_bwd_ms(custom, inputs, min_run_time)
+        times_b += fwd_bwd_ms(builtin, inputs, min_run_time)
     b_c, b_b = saved_bytes(custom, inputs), saved_bytes(builtin, inputs)
-    return row(name, t_c, t_b, b_c, b_b, target)
+    return row(name, times_c, times_b, b_c, b_b, target)
 
 
-def row(name: str, t_c: float, t_b: float, b_c: int, b_b: int, target: str) -> dict:
-    """A benchmark table row: custom/builtin times (ms), saved bytes, their ratios, target."""
+def bytes_ratio(b_c: int, b_b: int) -> float:
+    """custom / builtin saved bytes (1 when both save nothing, inf when only custom saves)."""
+    return b_c / b_b if b_b else (1.0 if b_c == 0 else float("inf"))
+
+
+def row(
+    name: str, times_c: list[float], times_b: list[float], b_c: int, b_b: int, target: str
+) -> dict:
+    """A benchmark table row: custom/builtin median times (ms) with their 20th/80th
+    percentiles, saved bytes, their ratios, target. `name` is "op size" (size after the
+    first space)."""
+    (t_c, c20, c80), (t_b, b20, b80) = quantiles(times_c), quantiles(times_b)
     return {
         "name": name,
         "custom_ms": t_c,
@@ -63,8 +73,12 @@ def row(name: str, t_c: float, t_b: float, b_c: int, b_b: int, target: str) -> d
         "time_ratio": t_c / t_b,
         "custom_bytes": b_c,
         "builtin_bytes": b_b,
-        "bytes_ratio": b_c / b_b if b_b else (1.0 if b_c == 0 else float("inf")),
+        "bytes_ratio": bytes_ratio(b_c, b_b),
         "target": target,
+        "custom_p20_ms": c20,
+        "custom_p80_ms": c80,
+        "builtin_p20_ms": b20,
+        "builtin_p80_ms": b80,
     }
 
 
@@ -109,7 +123,8 @@ def _model_row(name: str, task_name: str, models: list, batch: list, t: float, t
     task = TASKS[task_name]
     steps = [lambda x, y, m=m: loss(task, m, (x, y)) for m in models]
     r = compare(f"{name}, {describe(task, batch)}", *steps, batch, target, t)
-    return row(r["name"], r["custom_ms"], r["builtin_ms"], *bytes_, target)
+    b_c, b_b = bytes_
+    return {**r, "custom_bytes": b_c, "builtin_bytes": b_b, "bytes_ratio": bytes_ratio(b_c, b_b)}
 
 
 def bench_in_models(device: torch.device, t: float, quick: bool = False) -> list[dict]:

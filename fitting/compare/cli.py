@@ -14,6 +14,8 @@ from fitting.compare.plot import group_label, plot_comparison
 from fitting.compare.runs_reader import RunsError, read_runs
 from fitting.compare.stats import (
     LOSS,
+    PEAK_BYTES,
+    PEAK_RSS,
     SAVED_BYTES,
     STEP_MS,
     PairStats,
@@ -30,6 +32,10 @@ NA = "n/a"
 
 def _num(value: float | None, fmt: str) -> str:
     return NA if value is None else format(value, fmt)
+
+
+def _mib(nbytes: float | None) -> float | None:
+    return None if nbytes is None else nbytes / 2**20
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -49,6 +55,8 @@ def runs_table(stats: list[RunStats]) -> str:
         "steps/s",
         "median step (ms)",
         "saved bytes/step",
+        "peak MiB/step",
+        "peak RSS MiB",
         "wall time (s)",
     ]
     rows = [
@@ -61,6 +69,8 @@ def runs_table(stats: list[RunStats]) -> str:
             _num(s.steps_per_s, ".1f"),
             _num(s.step_ms, ".4g"),
             _num(s.saved_bytes, ",.0f"),
+            _num(_mib(s.peak_bytes), ",.1f"),
+            _num(_mib(s.peak_rss), ",.1f"),
             _num(s.wall_s, ".3f"),
         ]
         for s in stats
@@ -78,6 +88,7 @@ def pairs_table(pairs: list[PairStats]) -> str:
         "max abs(Δloss) relative",
         "time ratio (c/b)",
         "saved-bytes ratio (c/b)",
+        "peak ratio (c/b)",
     ]
     rows = [
         [
@@ -88,6 +99,7 @@ def pairs_table(pairs: list[PairStats]) -> str:
             _num(p.max_rel_dloss, ".3e"),
             _num(p.time_ratio, ".4f") + (" (wall)" if p.time_basis == "wall" else ""),
             _num(p.bytes_ratio, ".4f"),
+            _num(p.peak_ratio, ".4f"),
         ]
         for p in pairs
     ]
@@ -99,6 +111,9 @@ NOTES = f"""\
   `{LOSS}` (first to last step, logging included), or from the mean of `{STEP_MS}` where the
   events can't time it. median step: the median of `{STEP_MS}` (the optimizer step alone).
 - saved bytes/step: the median of `{SAVED_BYTES}`.
+- peak MiB/step: the highest `{PEAK_BYTES}`, the tensor bytes a step had allocated at once
+  above those live at its start (sampled steps); peak RSS: the last `{PEAK_RSS}`, the
+  process's resident-memory high-water mark. peak ratio: custom / builtin peak MiB/step.
 - max abs(Δloss) relative: max over common steps of |l_custom − l_builtin| / max(|l_builtin|,
   tiny), from TensorBoard's float32 scalars.
 - time ratio: custom / builtin median step time (> 1: custom is slower); marked (wall) where a

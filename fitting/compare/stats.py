@@ -11,6 +11,8 @@ from fitting.compare.runs_reader import Run
 LOSS = "loss/train"
 STEP_MS = "time/step_ms"
 SAVED_BYTES = "memory/saved_bytes"
+PEAK_BYTES = "memory/peak_bytes"
+PEAK_RSS = "memory/peak_rss_bytes"
 REFERENCE_IMPL = "builtin"
 TINY = float(np.finfo(np.float64).tiny)
 
@@ -26,6 +28,8 @@ class RunStats:
     saved_bytes: float | None
     step_ms: float | None  # median of time/step_ms: the optimizer step alone, no logging
     timing: str  # where steps/s and wall time come from: "events", "step_ms" or "none"
+    peak_bytes: float | None = None  # highest sampled tensor peak of a step
+    peak_rss: float | None = None  # the process's peak RSS at the end (it only grows)
 
 
 @dataclass
@@ -39,6 +43,7 @@ class PairStats:
     time_ratio: float | None
     time_basis: str  # "step_ms" (median step times) or "wall" (event wall times) or "none"
     bytes_ratio: float | None
+    peak_ratio: float | None = None  # of the tensor peaks
 
 
 def run_stats(run: Run) -> RunStats:
@@ -66,12 +71,20 @@ def run_stats(run: Run) -> RunStats:
         _median(run, SAVED_BYTES),
         _median(run, STEP_MS),
         timing,
+        _last(run, PEAK_BYTES, max),
+        _last(run, PEAK_RSS, lambda values: values[-1]),
     )
 
 
 def _median(run: Run, tag: str) -> float | None:
     series = run.scalars.get(tag)
     return float(np.median(series.values)) if series is not None and len(series.values) else None
+
+
+def _last(run: Run, tag: str, pick) -> float | None:
+    """`pick` of the tag's values (e.g. max, or the last one); None without the tag."""
+    series = run.scalars.get(tag)
+    return float(pick(series.values)) if series is not None and len(series.values) else None
 
 
 def max_rel_dloss(other: Run, builtin: Run) -> tuple[float | None, int]:
@@ -108,6 +121,7 @@ def pair_stats(other: RunStats, builtin: RunStats) -> PairStats:
         time_ratio=time_ratio,
         time_basis=basis if time_ratio is not None else "none",
         bytes_ratio=_ratio(other.saved_bytes, builtin.saved_bytes),
+        peak_ratio=_ratio(other.peak_bytes, builtin.peak_bytes),
     )
 
 

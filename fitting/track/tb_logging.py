@@ -26,6 +26,8 @@ FLUSH_SECONDS = 2.0
 LOSS_TAG = "loss/train"
 # Per-parameter tags: the values of scalar parameters (poly3) or the norms of tensors.
 PARAM_PREFIXES = ("params/", "weight_norm/")
+# Charts of the "cost per step" category (the memory/peak_* tags: fitting/track/memory.py).
+COST_TAGS = ("memory/saved_bytes", "memory/peak_bytes", "memory/peak_rss_bytes", "time/step_ms")
 # The HParams table's metric columns, first and in this order in every run. TensorBoard takes
 # the columns from one run of a sweep, arbitrarily: these are the ones every task shares.
 METRIC_COLUMNS = ("final/loss", "final/val_loss", "final/step_ms", "final/saved_bytes")
@@ -179,7 +181,7 @@ def custom_scalars_layout(tags: Iterable[str]) -> dict[str, dict[str, list]]:
     layout = {
         "loss": {"loss/train, loss/val": _multiline("loss/train", "loss/val")},
         "parameters": {tag: _multiline(tag) for tag in params},
-        "cost per step": {tag: _multiline(tag) for tag in ("memory/saved_bytes", "time/step_ms")},
+        "cost per step": {tag: _multiline(tag) for tag in COST_TAGS},
         "optimizer": {"optim/grad_norm": _multiline("optim/grad_norm")},
     }
     return {category: charts for category, charts in layout.items() if charts}

@@ -19,6 +19,7 @@ import torch
 
 from fitting.optim.spec import OptimizerSpec, StepStats
 from fitting.tasks import Task
+from fitting.track.memory import StepMemory
 from fitting.track.tb_logging import TBLogger, grad_norm, grad_scalars, param_scalars
 from fitting.train.checkpoint import Checkpointer, LoopState
 from fitting.train.closure import make_closure
@@ -53,6 +54,7 @@ class FitResult:
     end_loss: float | None = None
     grad_norm: float = math.nan
     rel_change: float = math.nan
+    memory: StepMemory | None = None  # the sampled steps' tensor peaks
 
 
 @dataclass
@@ -102,6 +104,7 @@ class _Loop:
         self.console_every = cfg.log.console_every or max(1, cfg.steps // 10)
         self.batch: Any = None  # the last step's
         self.saved_bytes = 0  # the last step's
+        self.memory = StepMemory(self.params[0].device, cfg.log.memory_every)
         self.wall_before, self.start = self.st.wall_s, time.perf_counter()
 
     def run(self) -> FitResult:
@@ -154,7 +157,8 @@ class _Loop:
         closure = make_closure(task, self.optimizer, self.batch, stats, self.forward,
                                self.params, check=True)
         t0 = time.perf_counter()
-        loss = self.optimizer.step(closure)
+        with self.memory.measure(step, logging_step):
+            loss = self.optimizer.step(closure)
         ms = (time.perf_counter() - t0) * 1e3
         self.spec.after_step(self.optimizer, stats)
         loss_value = loss.item()
@@ -165,7 +169,7 @@ class _Loop:
         converged = self.stop.enabled and self.stop.update(loss_value)
 
         if logging_step or converged:
-            values.update(self._step_scalars(loss_value, stats, ms))
+            values.update(self._step_scalars(step, loss_value, stats, ms))
             self.parts.tb.scalars(step, values)
             if bar is not None:
                 bar.set_postfix_str(f"loss={loss_value:.5g}", refresh=False)
@@ -178,7 +182,9 @@ class _Loop:
             log.info("step %d/%d  loss %.6g", step + 1, self.cfg.steps, loss_value)
         return converged
 
-    def _step_scalars(self, loss: float, stats: StepStats, ms: float) -> dict[str, float]:
+    def _step_scalars(
+        self, step: int, loss: float, stats: StepStats, ms: float
+    ) -> dict[str, float]:
         """A logged step's scalars after the parameters': loss, ‖∇loss‖, memory, time, the
         optimizer's own, and each tensor's gradient norm."""
         norm = stats.grad_norm
@@ -186,6 +192,7 @@ class _Loop:
             "loss/train": loss,
             "optim/grad_norm": grad_norm(self.params) if norm is None else norm,
             "memory/saved_bytes": stats.saved_bytes,
+            **self.memory.scalars(step),
             "time/step_ms": ms,
         }
         values.update(self.spec.extra_scalars(self.optimizer, stats))
@@ -223,6 +230,7 @@ class _Loop:
         return FitResult(
             final_loss, st.val_loss, self.saved_bytes, statistics.median(st.step_ms), wall,
             [Path(f) for f in st.figures], st.step, converged, end, norm, rel_change,
+            self.memory,
         )
 
     def _end_point(self, final_loss: float) -> tuple[float | None, float, float]:

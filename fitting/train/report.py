@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fitting.optim import OPTIMIZERS
 from fitting.tasks import TASKS
+from fitting.track.memory import describe_memory, peak_rss_bytes
 
 if TYPE_CHECKING:
     from fitting.config import Config
@@ -28,8 +29,8 @@ def start_line(cfg: Config, task: str, device: Any) -> str:
 def closing_lines(
     result: FitResult, summary: dict[str, float], budget: int, described: str
 ) -> list[str]:
-    """The result, final loss and timing, convergence, the task's final numbers and the
-    figure (`described`: the fitted model in one line)."""
+    """The result, final loss and timing, convergence, peak memory, the task's final numbers
+    and the figure (`described`: the fitted model in one line)."""
     val = "" if result.val_loss is None else f", val loss {result.val_loss:.6g}"
     return [
         f"Result: {described}",
@@ -37,6 +38,7 @@ def closing_lines(
         f"({result.wall_s:.2f} s, median step {result.step_ms_median:.3f} ms, "
         f"{result.saved_bytes} bytes saved for backward per step)",
         convergence_line(result, summary, budget),
+        describe_memory(result.memory),
         "final: " + ", ".join(f"{k}={v:.6g}" for k, v in summary.items()),
         f"figure: {result.figures[-1]}",
     ]
@@ -104,7 +106,10 @@ def final_metrics(result: FitResult, summary: dict[str, float]) -> dict[str, flo
         "final/steps": float(result.steps),
         "final/grad_norm": result.grad_norm,
         "final/rel_change": result.rel_change,
+        "final/peak_rss_bytes": float(peak_rss_bytes()),
     }
+    if result.memory is not None and result.memory.peak_bytes is not None:
+        metrics["final/peak_bytes"] = float(result.memory.peak_bytes)
     if result.val_loss is not None:
         metrics["final/val_loss"] = result.val_loss
     metrics.update({f"final/{key}": value for key, value in summary.items()})

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fitting.checks import ConfigError
+from fitting.train.allocator import AllocatorError, apply_allocator
 from fitting.train.validate import validate
 
 if TYPE_CHECKING:
     from fitting.config import Config
+
+log = logging.getLogger(__name__)
 
 
 def run(cfg: Config, out_dir: str | Path) -> float:
@@ -20,6 +25,10 @@ def run(cfg: Config, out_dir: str | Path) -> float:
     dir, which must be `out_dir`) the run continues from its checkpoint. A run stopped by a
     signal or a non-finite loss raises RunStopped (Interrupted, Diverged) after saving."""
     validate(cfg)
+    try:  # before torch allocates: a malloc policy applies to the blocks allocated after it
+        log.info("allocator: %s", apply_allocator(cfg.allocator.value))
+    except AllocatorError as err:
+        raise ConfigError(str(err)) from err
     # Imported once the config is valid: a config error answers before torch loads.
     from fitting.train.session import train
 

@@ -31,7 +31,7 @@ def validate(cfg: Any) -> None:
         c.problem(f"seed must be an integer in [-2**63, 2**64), got {cfg.seed}")
     c.at_least("threads", cfg.threads, 0, "(0 = torch's default)")
     c.at_least("log.every", cfg.log.every, 1)
-    for key in ("hist_every", "figure_every", "val_every", "console_every"):
+    for key in ("hist_every", "figure_every", "val_every", "console_every", "memory_every"):
         c.at_least(f"log.{key}", getattr(cfg.log, key), 0, "(0 turns it off)")
     c.at_least("ckpt.every", cfg.ckpt.every, 0, "(0: only at the end and when stopped)")
     _check_optimizer(c.under("optimizer"), cfg.optimizer)

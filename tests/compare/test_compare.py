@@ -268,6 +268,14 @@ def test_compare_on_a_real_sweep(tmp_path):
             saved[0] / saved[1], abs=1e-4
         )
         assert float(pair["max abs(Δloss) relative"]) == pytest.approx(rel, rel=1e-3, abs=1e-300)
+        peaks = [max(event_values(d, "memory/peak_bytes").values()) for d in (c_dir, b_dir)]
+        assert float(pair["peak ratio (c/b)"]) == pytest.approx(peaks[0] / peaks[1], abs=1e-4)
+        for name, peak in zip((custom, builtin), peaks, strict=True):
+            rss = event_values(sweep / name, "memory/peak_rss_bytes")
+            assert float(runs[name]["peak MiB/step"]) == pytest.approx(peak / 2**20, abs=0.06)
+            assert float(runs[name]["peak RSS MiB"].replace(",", "")) == pytest.approx(
+                rss[max(rss)] / 2**20, abs=0.06
+            )
     # Same data, same seed: the two implementations agree to float32 rounding.
     assert float(pairs["poly3"]["max abs(Δloss) relative"]) < 1e-4
 

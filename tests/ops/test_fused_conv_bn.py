@@ -2,9 +2,6 @@
 saved-for-backward bytes, and bad-input errors."""
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -274,60 +271,3 @@ def test_bad_input_type_errors(impl):
 def test_unknown_impl():
     with pytest.raises(ValueError, match=r"fused_conv_bn2d: impl must be one of \('custom', "):
         call(impl="fast")
-
-
-def test_benchmark_rows(monkeypatch):
-    """bench_fused_conv_bn's rows (at a tiny size here): keys, ratios, allocator in the name."""
-    from fitting.bench import conv_bn as bench_conv_bn
-
-    for name, value in {"N": 4, "C_IN": 4, "C_OUT": 8, "HW": 8, "CNN_BLOCKS": 2}.items():
-        monkeypatch.setattr(bench_conv_bn, name, value)
-    rows = bench_conv_bn.bench_fused_conv_bn("cpu", quick=True)
-    keys = [
-        "name",
-        "custom_ms",
-        "builtin_ms",
-        "time_ratio",
-        "custom_bytes",
-        "builtin_bytes",
-        "bytes_ratio",
-        "target",
-    ]
-    assert [list(r) for r in rows] == [keys, keys]
-    assert rows[0]["bytes_ratio"] <= 0.4 and rows[1]["bytes_ratio"] < 1
-    assert all(r["time_ratio"] > 0 and "[malloc: " in r["name"] for r in rows)
-    from fitting.bench.cli import format_table
-
-    assert "custom ms" in format_table(rows)
-
-
-def test_allocator_env_for_child_processes():
-    from fitting.bench.allocator import TUNED_ENV, env_for
-
-    assert TUNED_ENV.items() <= env_for("tuned").items()
-    assert not set(TUNED_ENV) & set(env_for("default"))
-    with pytest.raises(ValueError, match="env_for: setting must be 'default', 'tuned'"):
-        env_for("fastest")
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
-def test_tune_malloc_in_a_fresh_process():
-    from fitting.bench.allocator import env_for, glibc_version
-
-    if glibc_version() is None:
-        pytest.skip("not glibc")
-    code = (
-        "from fitting.bench.allocator import allocator_setting as s, tune_malloc as t; "
-        "before = s(); print(before, t(), s())"
-    )
-    root = str(Path(__file__).resolve().parents[2])
-    for setting, expected in (("default", "default True tuned"), ("tuned", "tuned False tuned")):
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            env=env_for(setting),
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        assert out.stdout.split() == expected.split()

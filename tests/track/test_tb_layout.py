@@ -31,6 +31,8 @@ FINAL = {"final/loss": 9.0, "final/step_ms": 0.3, "final/saved_bytes": 32004.0, 
 FIXED_CHARTS = {
     ("loss", "loss/train, loss/val"): ["^loss/train$", "^loss/val$"],
     ("cost per step", "memory/saved_bytes"): ["^memory/saved_bytes$"],
+    ("cost per step", "memory/peak_bytes"): ["^memory/peak_bytes$"],
+    ("cost per step", "memory/peak_rss_bytes"): ["^memory/peak_rss_bytes$"],
     ("cost per step", "time/step_ms"): ["^time/step_ms$"],
     ("optimizer", "optim/grad_norm"): ["^optim/grad_norm$"],
 }
