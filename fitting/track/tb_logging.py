@@ -4,8 +4,8 @@ custom-scalars layout that overlays the runs of a sweep."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -18,9 +18,8 @@ if TYPE_CHECKING:
     from fitting.track.figures import FigureSpec
 
 
-# Scalars are queued in memory and written in bursts at least this often (and before any
-# other event, and at close): see TBLogger.scalars.
-FLUSH_SECONDS = 2.0
+# The event file is flushed at least this often, so a TensorBoard watching the run keeps up.
+FLUSH_SECONDS = 2
 
 # The per-step record that carries every per-step tag; its first one writes the layout.
 LOSS_TAG = "loss/train"
@@ -38,27 +37,24 @@ class TBLogger:
     """A SummaryWriter on `log_dir`, closed (hence flushed) when the `with` block exits.
 
     `purge_step` (resuming a run): TensorBoard drops the events the run wrote at that step or
-    later before this writer, in its earlier event files. Figures are drawn by this process's
-    FigureDrawer (fitting/figure_process.py)."""
+    later before this writer, in its earlier event files. Figures are drawn on one worker
+    thread, so that matplotlib's import and drawing overlap the training where they can."""
 
     def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
         # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
-        from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(log_dir)
         with writer_threads(self.log_dir):  # a failed write is raised here, not printed there
             self.writer = SummaryWriter(
-                log_dir=str(self.log_dir), max_queue=1000, purge_step=purge_step
+                log_dir=str(self.log_dir), max_queue=1000, flush_secs=FLUSH_SECONDS,
+                purge_step=purge_step,
             )
-        self._summary = Summary
-        self._pending: list[tuple[int, float, dict[str, float]]] = []
-        self._last_flush = time.monotonic()
         self._layout_written = False
-        from fitting.track.figure_process import drawer
-
-        self.drawer = drawer()
-        self._figures: list[tuple[int, str, int]] = []  # (drawer's request id, tag, step)
+        # One worker: every matplotlib object of the run lives on that thread alone, as
+        # matplotlib asks (it is not thread-safe; Agg figures drawn on one thread are fine).
+        self._drawer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="figures")
+        self._figures: list[Future[None]] = []
 
     def __enter__(self) -> TBLogger:
         return self
@@ -72,51 +68,36 @@ class TBLogger:
         self.close()
 
     def close(self) -> None:
-        """Write the pending scalars, flush every event to disk and close the event file."""
+        """Wait for the figures, flush every event to disk and close the event file."""
         try:
             self.flush()
         finally:
+            self._drawer.shutdown(wait=True)
             self.writer.close()
 
     def flush(self) -> None:
-        """Write the pending scalars and figures and wait until every event is on disk."""
-        self._drain(wait_figures=True)
-        self.writer.flush()
-        self._last_flush = time.monotonic()
+        """Wait until every figure is drawn and logged and every event is on disk.
 
-    def _drain(self, wait_figures: bool) -> None:
-        """Hand the queued scalars and the drawn figures (`wait_figures`: all) to the writer."""
-        self._log_figures(wait=wait_figures)
-        Summary = self._summary
-        file_writer = self.writer.file_writer
-        for step, wall_time, values in self._pending:
-            value = [Summary.Value(tag=tag, simple_value=v) for tag, v in values.items()]
-            file_writer.add_summary(Summary(value=value), step, wall_time)
-        self._pending.clear()
+        A figure that failed to draw raises its error here."""
+        figures, self._figures = self._figures, []
+        for future in figures:
+            future.result()
+        self.writer.flush()
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
-        """Log several scalars at `step` (tags as given, e.g. 'loss/train') as one event.
+        """Log several scalars at `step` (tags as given, e.g. 'loss/train').
 
         The first record with 'loss/train' also writes the custom-scalars layout of its tags.
         """
         if not self._layout_written and LOSS_TAG in values:
             self.writer.add_custom_scalars(custom_scalars_layout(values))
             self._layout_written = True
-        # Why one event and why queued: the writer checksums each event in pure Python on its
-        # own thread, which then competes with the training step for the GIL. Per-tag events
-        # written as they come made poly3's logging cost ~2.5x its 2000 training steps.
-        self._pending.append((step, time.time(), values))
-        if time.monotonic() - self._last_flush > FLUSH_SECONDS:
-            self._drain(wait_figures=False)  # a figure still being drawn waits its turn
-            self.writer.flush()
-            self._last_flush = time.monotonic()
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
 
     def histograms(self, step: int, named: list[tuple[str, torch.Tensor]]) -> None:
         """Histograms of each non-scalar parameter ('weights/<name>') and its gradient
         ('grads/<name>'); scalar parameters have their values logged as 'params/<name>'."""
-        if all(p.ndim == 0 for _, p in named):
-            return
-        self._drain(wait_figures=False)  # the queued scalars go first: events in step order
         for name, p in named:
             if p.ndim == 0:
                 continue
@@ -125,23 +106,15 @@ class TBLogger:
                 self.writer.add_histogram(f"grads/{name}", p.grad.detach().float().cpu(), step)
 
     def figure(self, tag: str, spec: FigureSpec, step: int, png_path: str | Path) -> None:
-        """Draw `spec` into `png_path` (in the drawing process when there is one) and log the
-        PNG as image `tag` at `step` once drawn: at the latest on the next flush."""
-        self._figures.append((self.drawer.submit(spec, png_path), tag, step))
-        self._log_figures(wait=False)
+        """Draw `spec` into `png_path` and log it as image `tag` at `step`, on the drawing
+        thread: done at the latest on the next flush. `spec`'s arrays must not change after."""
+        path = Path(png_path)
+        self._figures.append(self._drawer.submit(self._draw, tag, spec, step, path))
 
-    def _log_figures(self, wait: bool) -> None:
-        """Log the figures drawn so far (`wait`: all of them, waiting for the drawer)."""
-        while self._figures and (wait or self.drawer.ready(self._figures[0][0])):
-            request_id, tag, step = self._figures.pop(0)
-            drawn = self.drawer.result(request_id)
-            # The PNG bytes go into the event as they are; add_image would decode and encode.
-            image = self._summary.Image(
-                height=drawn.height, width=drawn.width, colorspace=4,
-                encoded_image_string=drawn.path.read_bytes(),
-            )
-            summary = self._summary(value=[self._summary.Value(tag=tag, image=image)])
-            self.writer.file_writer.add_summary(summary, step, time.time())
+    def _draw(self, tag: str, spec: FigureSpec, step: int, path: Path) -> None:
+        from fitting.track.figures import write_png
+
+        self.writer.add_image(tag, write_png(spec, path), step, dataformats="HWC")
 
     def hparams(self, hparams: dict[str, Any], metrics: dict[str, float], step: int) -> None:
         """Log hparams and final metrics (as scalars at `step`) into this run itself.
@@ -162,6 +135,7 @@ class TBLogger:
         for info in data.experiment.hparam_infos:
             info.differs = info.name in HPARAM_AXES
         plugin_data.content = data.SerializeToString()
+        # As add_hparams writes its summaries, but into this run's own event file.
         for summary in (experiment, start, end):
             self.writer.file_writer.add_summary(summary)
         for tag, value in metrics.items():
