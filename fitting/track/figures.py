@@ -1,7 +1,8 @@
 """The figures of a fit, drawn from plain data (NumPy arrays, strings): matplotlib only.
 
-No torch here: the tasks turn their tensors into a FigureSpec, and this module draws it (on
-TBLogger's drawing thread). matplotlib is imported when the first figure is drawn.
+No torch here: the tasks turn their tensors into a FigureSpec, and this module draws it, in
+TBLogger's drawing process (which then never imports torch). matplotlib is imported when the
+first figure is drawn, or ahead by `preload`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def curve_images(
     fig.suptitle(title)
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.1, top=0.92, wspace=0.45, hspace=0.3)
     return fig
+
+
+def preload() -> None:
+    """Import what drawing needs, ahead of the first figure."""
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
 
 
 KINDS = {"line_fit": line_fit, "curve_images": curve_images}

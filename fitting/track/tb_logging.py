@@ -3,18 +3,22 @@ custom-scalars layout that overlays the runs of a sweep."""
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from fitting.track.thread_errors import writer_threads
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from fitting.track.figures import FigureSpec
 
 
@@ -33,12 +37,22 @@ METRIC_COLUMNS = ("final/loss", "final/val_loss", "final/step_ms", "final/saved_
 HPARAM_AXES = ("impl", "task")
 
 
+class Figure(NamedTuple):
+    """A figure sent to the drawing process: its pixels once drawn, and where they go."""
+
+    pixels: Future[np.ndarray]
+    tag: str
+    step: int
+    spec: FigureSpec
+    path: Path
+
+
 class TBLogger:
     """A SummaryWriter on `log_dir`, closed (hence flushed) when the `with` block exits.
 
     `purge_step` (resuming a run): TensorBoard drops the events the run wrote at that step or
-    later before this writer, in its earlier event files. Figures are drawn on one worker
-    thread, so that matplotlib's import and drawing overlap the training where they can."""
+    later before this writer, in its earlier event files. Figures are drawn in a worker process
+    and logged in this one, in order, once drawn."""
 
     def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
         # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
@@ -51,10 +65,16 @@ class TBLogger:
                 purge_step=purge_step,
             )
         self._layout_written = False
-        # One worker: every matplotlib object of the run lives on that thread alone, as
-        # matplotlib asks (it is not thread-safe; Agg figures drawn on one thread are fine).
-        self._drawer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="figures")
-        self._figures: list[Future[None]] = []
+        from fitting.track.figures import preload
+
+        # One worker process draws the figures, so matplotlib's import and drawing run on
+        # another core than the training. "spawn": a fork of a process running torch's threads
+        # is unsafe, and the fresh worker never imports torch. It starts now (preload) so that
+        # matplotlib is imported by the time the first figure comes.
+        spawn = multiprocessing.get_context("spawn")
+        self._drawer = ProcessPoolExecutor(max_workers=1, mp_context=spawn)
+        self._drawer.submit(preload)
+        self._figures: list[Figure] = []  # submitted, not yet logged, in submission order
 
     def __enter__(self) -> TBLogger:
         return self
@@ -72,16 +92,14 @@ class TBLogger:
         try:
             self.flush()
         finally:
-            self._drawer.shutdown(wait=True)
+            self._drawer.shutdown(wait=True, cancel_futures=True)
             self.writer.close()
 
     def flush(self) -> None:
         """Wait until every figure is drawn and logged and every event is on disk.
 
         A figure that failed to draw raises its error here."""
-        figures, self._figures = self._figures, []
-        for future in figures:
-            future.result()
+        self._log_figures(wait=True)
         self.writer.flush()
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
@@ -106,15 +124,34 @@ class TBLogger:
                 self.writer.add_histogram(f"grads/{name}", p.grad.detach().float().cpu(), step)
 
     def figure(self, tag: str, spec: FigureSpec, step: int, png_path: str | Path) -> None:
-        """Draw `spec` into `png_path` and log it as image `tag` at `step`, on the drawing
-        thread: done at the latest on the next flush. `spec`'s arrays must not change after."""
-        path = Path(png_path)
-        self._figures.append(self._drawer.submit(self._draw, tag, spec, step, path))
+        """Draw `spec` into `png_path` (in the drawing process) and log it as image `tag` at
+        `step` once drawn: at the latest on the next flush."""
+        path = Path(png_path).absolute()  # the run's working directory, not the worker's
+        self._figures.append(Figure(self._submit(spec, path), tag, step, spec, path))
+        self._log_figures(wait=False)
 
-    def _draw(self, tag: str, spec: FigureSpec, step: int, path: Path) -> None:
+    def _submit(self, spec: FigureSpec, path: Path) -> Future[np.ndarray]:
+        """`spec` sent to the drawing process; drawn here if that process has died."""
         from fitting.track.figures import write_png
 
-        self.writer.add_image(tag, write_png(spec, path), step, dataformats="HWC")
+        try:
+            return self._drawer.submit(write_png, spec, path)
+        except BrokenProcessPool:
+            drawn: Future[np.ndarray] = Future()
+            drawn.set_result(write_png(spec, path))
+            return drawn
+
+    def _log_figures(self, wait: bool) -> None:
+        """Log the figures drawn so far, in order (`wait`: all of them, waiting for them)."""
+        while self._figures and (wait or self._figures[0].pixels.done()):
+            figure = self._figures.pop(0)
+            try:
+                pixels = figure.pixels.result()
+            except BrokenProcessPool:  # the worker died (killed, out of memory): draw here
+                from fitting.track.figures import write_png
+
+                pixels = write_png(figure.spec, figure.path)
+            self.writer.add_image(figure.tag, pixels, figure.step, dataformats="HWC")
 
     def hparams(self, hparams: dict[str, Any], metrics: dict[str, float], step: int) -> None:
         """Log hparams and final metrics (as scalars at `step`) into this run itself.

@@ -1,5 +1,6 @@
-"""Figures: drawn on TBLogger's drawing thread to the same PNG as drawn directly, logged to
-TensorBoard with those pixels, and a drawing error raised in the run with its message."""
+"""Figures: drawn in TBLogger's drawing process to the same PNG as drawn directly, logged to
+TensorBoard with those pixels; a drawing error raised in the run with its message; a dead
+drawing process replaced by drawing in the run's process."""
 
 import io
 
@@ -55,6 +56,29 @@ def test_a_drawing_error_is_raised_in_the_run_with_its_message(tmp_path):
         tb.figure("fit", _spec(), 1, tmp_path / "good.png")  # the drawer keeps serving
     assert (tmp_path / "good.png").exists()
     assert list(_images(tmp_path)) == [1]
+
+
+def test_drawing_process_killed_mid_run_falls_back_to_drawing_here(tmp_path):
+    with TBLogger(tmp_path / "run") as tb:
+        tb.figure("fit", _spec(), 0, tmp_path / "a.png")
+        tb.flush()
+        for proc in tb._drawer._processes.values():
+            proc.kill()
+            proc.join()
+        tb.figure("fit", _spec(), 1, tmp_path / "b.png")  # may or may not reach the process
+        tb.figure("fit", _spec(), 2, tmp_path / "c.png")
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "c.png").read_bytes()
+    assert (tmp_path / "b.png").read_bytes() == (tmp_path / "c.png").read_bytes()
+    assert sorted(_images(tmp_path / "run")) == [0, 1, 2]
+
+
+def test_drawing_process_never_imports_torch(tmp_path):
+    with TBLogger(tmp_path) as tb:
+        tb.figure("fit", _spec(), 0, tmp_path / "a.png")
+        tb.flush()
+        loaded = tb._drawer.submit(eval, "sorted(set(__import__('sys').modules) & "
+                                         "{'torch', 'matplotlib'})").result()
+    assert loaded == ["matplotlib"]
 
 
 def test_unknown_kind_is_a_clear_error():
