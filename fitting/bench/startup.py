@@ -8,9 +8,9 @@ Runs, interleaved and `--runs` times each (the median is reported):
   the custom P3 op, torch.optim.SGD(lr=5e-6) stepped with a closure, nothing logged;
 - bare-manual: the tutorial's loop, `p -= lr * p.grad` by hand (no torch.optim, which
   imports torch._dynamo on first use, ~1 s).
-The target is app <= 1.5x the bare scripts; bare-manual, the faster, is the one that counts.
-The app's CPU time includes its figure-drawing process (fitting/figure_process.py), which runs
-on the second core.
+The target is app <= 1.6x the bare scripts; bare-manual, the faster, is the one that counts.
+The app's CPU time includes its figure-drawing worker process (see fitting/track/tb_logging.py),
+which runs on the second core.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+TARGET = 1.6
 
 _SETUP = """
 import math, torch
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(f"{name:12s} wall median {wall_med[name]:.2f} s (runs: {runs}); "
               f"CPU median {cpu_med[name]:.2f} s")
     for bare in ("bare-optim", "bare-manual"):
-        target = "  (target <= 1.5x)" if bare == "bare-manual" else ""
+        target = f"  (target <= {TARGET}x)" if bare == "bare-manual" else ""
         print(f"app / {bare:11s} wall {wall_med['app'] / wall_med[bare]:.2f}x, "
               f"CPU {cpu_med['app'] / cpu_med[bare]:.2f}x{target}")
     return wall_med

@@ -1,16 +1,17 @@
 """The figures of a fit, drawn from plain data (NumPy arrays, strings): matplotlib only.
 
 No torch here: the tasks turn their tensors into a FigureSpec, and this module draws it, in
-the run's process or in the drawing process of fitting/figure_process.py. matplotlib is
-imported when the first figure is drawn (`preload` imports it ahead): ~0.4 s of start-up.
+TBLogger's drawing process (which then never imports torch). matplotlib is imported when the
+first figure is drawn, or ahead by `preload`.
 """
 
 from __future__ import annotations
 
-import io
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    import numpy as np
     from matplotlib.figure import Figure
 
 
@@ -88,12 +89,11 @@ def draw(spec: FigureSpec) -> Figure:
     return fn(**spec.data)
 
 
-def render_png(spec: FigureSpec) -> tuple[bytes, int, int]:
-    """`spec` drawn and encoded as PNG: (bytes, width, height)."""
+def write_png(spec: FigureSpec, path: str | Path) -> np.ndarray:
+    """Draw `spec`, write it to `path` as PNG and return its RGBA pixels (height, width, 4)."""
+    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     canvas = FigureCanvasAgg(draw(spec))
-    buffer = io.BytesIO()
-    canvas.print_png(buffer)
-    width, height = canvas.get_width_height()
-    return buffer.getvalue(), width, height
+    canvas.print_png(str(path))
+    return np.array(canvas.buffer_rgba())

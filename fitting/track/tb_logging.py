@@ -3,24 +3,27 @@ custom-scalars layout that overlays the runs of a sweep."""
 
 from __future__ import annotations
 
+import multiprocessing
 import re
-import time
 from collections.abc import Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from fitting.track.thread_errors import writer_threads
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from fitting.track.figures import FigureSpec
 
 
-# Scalars are queued in memory and written in bursts at least this often (and before any
-# other event, and at close): see TBLogger.scalars.
-FLUSH_SECONDS = 2.0
+# The event file is flushed at least this often, so a TensorBoard watching the run keeps up.
+FLUSH_SECONDS = 2
 
 # The per-step record that carries every per-step tag; its first one writes the layout.
 LOSS_TAG = "loss/train"
@@ -36,31 +39,44 @@ METRIC_COLUMNS = ("final/loss", "final/val_loss", "final/step_ms", "final/saved_
 HPARAM_AXES = ("impl", "task")
 
 
+class Figure(NamedTuple):
+    """A figure sent to the drawing process: its pixels once drawn, and where they go."""
+
+    pixels: Future[np.ndarray]
+    tag: str
+    step: int
+    spec: FigureSpec
+    path: Path
+
+
 class TBLogger:
     """A SummaryWriter on `log_dir`, closed (hence flushed) when the `with` block exits.
 
     `purge_step` (resuming a run): TensorBoard drops the events the run wrote at that step or
-    later before this writer, in its earlier event files. Figures are drawn by this process's
-    FigureDrawer (fitting/figure_process.py)."""
+    later before this writer, in its earlier event files. Figures are drawn in a worker process
+    and logged in this one, in order, once drawn."""
 
     def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
         # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
-        from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(log_dir)
         with writer_threads(self.log_dir):  # a failed write is raised here, not printed there
             self.writer = SummaryWriter(
-                log_dir=str(self.log_dir), max_queue=1000, purge_step=purge_step
+                log_dir=str(self.log_dir), max_queue=1000, flush_secs=FLUSH_SECONDS,
+                purge_step=purge_step,
             )
-        self._summary = Summary
-        self._pending: list[tuple[int, float, dict[str, float]]] = []
-        self._last_flush = time.monotonic()
         self._layout_written = False
-        from fitting.track.figure_process import drawer
+        from fitting.track.figures import preload
 
-        self.drawer = drawer()
-        self._figures: list[tuple[int, str, int]] = []  # (drawer's request id, tag, step)
+        # One worker process draws the figures, so matplotlib's import and drawing run on
+        # another core than the training. "spawn": a fork of a process running torch's threads
+        # is unsafe, and the fresh worker never imports torch. It starts now (preload) so that
+        # matplotlib is imported by the time the first figure comes.
+        spawn = multiprocessing.get_context("spawn")
+        self._drawer = ProcessPoolExecutor(max_workers=1, mp_context=spawn)
+        self._drawer.submit(preload)
+        self._figures: list[Figure] = []  # submitted, not yet logged, in submission order
 
     def __enter__(self) -> TBLogger:
         return self
@@ -74,51 +90,42 @@ class TBLogger:
         self.close()
 
     def close(self) -> None:
-        """Write the pending scalars, flush every event to disk and close the event file."""
+        """Wait for the figures, flush every event to disk and close the event file."""
         try:
             self.flush()
         finally:
+            self._drawer.shutdown(wait=True, cancel_futures=True)
             self.writer.close()
 
     def flush(self) -> None:
-        """Write the pending scalars and figures and wait until every event is on disk."""
-        self._drain(wait_figures=True)
-        self.writer.flush()
-        self._last_flush = time.monotonic()
+        """Wait until every figure is drawn and logged and every event is on disk.
 
-    def _drain(self, wait_figures: bool) -> None:
-        """Hand the queued scalars and the drawn figures (`wait_figures`: all) to the writer."""
-        self._log_figures(wait=wait_figures)
-        Summary = self._summary
-        file_writer = self.writer.file_writer
-        for step, wall_time, values in self._pending:
-            value = [Summary.Value(tag=tag, simple_value=v) for tag, v in values.items()]
-            file_writer.add_summary(Summary(value=value), step, wall_time)
-        self._pending.clear()
+        A figure that failed to draw raises its error here."""
+        self._log_figures(wait=True)
+        self.writer.flush()
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
-        """Log several scalars at `step` (tags as given, e.g. 'loss/train') as one event.
+        """Log several scalars at `step` (tags as given, e.g. 'loss/train').
 
         The first record with 'loss/train' also writes the custom-scalars layout of its tags.
         """
+        from torch.utils.tensorboard.summary import scalar
+
         if not self._layout_written and LOSS_TAG in values:
             self.writer.add_custom_scalars(custom_scalars_layout(values))
             self._layout_written = True
-        # Why one event and why queued: the writer checksums each event in pure Python on its
-        # own thread, which then competes with the training step for the GIL. Per-tag events
-        # written as they come made poly3's logging cost ~2.5x its 2000 training steps.
-        self._pending.append((step, time.time(), values))
-        if time.monotonic() - self._last_flush > FLUSH_SECONDS:
-            self._drain(wait_figures=False)  # a figure still being drawn waits its turn
-            self.writer.flush()
-            self._last_flush = time.monotonic()
+        # One event for the record, not one per tag as add_scalar writes: the writer
+        # checksums each event in pure Python on its own thread, which competes with the
+        # training for the GIL; per-tag events made logging poly3's 2000 steps cost as much
+        # CPU as the steps themselves.
+        summaries = [scalar(tag, value) for tag, value in values.items()]
+        for summary in summaries[1:]:
+            summaries[0].value.extend(summary.value)
+        self.writer.file_writer.add_summary(summaries[0], step)
 
     def histograms(self, step: int, named: list[tuple[str, torch.Tensor]]) -> None:
         """Histograms of each non-scalar parameter ('weights/<name>') and its gradient
         ('grads/<name>'); scalar parameters have their values logged as 'params/<name>'."""
-        if all(p.ndim == 0 for _, p in named):
-            return
-        self._drain(wait_figures=False)  # the queued scalars go first: events in step order
         for name, p in named:
             if p.ndim == 0:
                 continue
@@ -127,23 +134,34 @@ class TBLogger:
                 self.writer.add_histogram(f"grads/{name}", p.grad.detach().float().cpu(), step)
 
     def figure(self, tag: str, spec: FigureSpec, step: int, png_path: str | Path) -> None:
-        """Draw `spec` into `png_path` (in the drawing process when there is one) and log the
-        PNG as image `tag` at `step` once drawn: at the latest on the next flush."""
-        self._figures.append((self.drawer.submit(spec, png_path), tag, step))
+        """Draw `spec` into `png_path` (in the drawing process) and log it as image `tag` at
+        `step` once drawn: at the latest on the next flush."""
+        path = Path(png_path).absolute()  # the run's working directory, not the worker's
+        self._figures.append(Figure(self._submit(spec, path), tag, step, spec, path))
         self._log_figures(wait=False)
 
+    def _submit(self, spec: FigureSpec, path: Path) -> Future[np.ndarray]:
+        """`spec` sent to the drawing process; drawn here if that process has died."""
+        from fitting.track.figures import write_png
+
+        try:
+            return self._drawer.submit(write_png, spec, path)
+        except BrokenProcessPool:
+            drawn: Future[np.ndarray] = Future()
+            drawn.set_result(write_png(spec, path))
+            return drawn
+
     def _log_figures(self, wait: bool) -> None:
-        """Log the figures drawn so far (`wait`: all of them, waiting for the drawer)."""
-        while self._figures and (wait or self.drawer.ready(self._figures[0][0])):
-            request_id, tag, step = self._figures.pop(0)
-            drawn = self.drawer.result(request_id)
-            # The PNG bytes go into the event as they are; add_image would decode and encode.
-            image = self._summary.Image(
-                height=drawn.height, width=drawn.width, colorspace=4,
-                encoded_image_string=drawn.path.read_bytes(),
-            )
-            summary = self._summary(value=[self._summary.Value(tag=tag, image=image)])
-            self.writer.file_writer.add_summary(summary, step, time.time())
+        """Log the figures drawn so far, in order (`wait`: all of them, waiting for them)."""
+        while self._figures and (wait or self._figures[0].pixels.done()):
+            figure = self._figures.pop(0)
+            try:
+                pixels = figure.pixels.result()
+            except BrokenProcessPool:  # the worker died (killed, out of memory): draw here
+                from fitting.track.figures import write_png
+
+                pixels = write_png(figure.spec, figure.path)
+            self.writer.add_image(figure.tag, pixels, figure.step, dataformats="HWC")
 
     def hparams(self, hparams: dict[str, Any], metrics: dict[str, float], step: int) -> None:
         """Log hparams and final metrics (as scalars at `step`) into this run itself.
@@ -164,6 +182,7 @@ class TBLogger:
         for info in data.experiment.hparam_infos:
             info.differs = info.name in HPARAM_AXES
         plugin_data.content = data.SerializeToString()
+        # As add_hparams writes its summaries, but into this run's own event file.
         for summary in (experiment, start, end):
             self.writer.file_writer.add_summary(summary)
         for tag, value in metrics.items():

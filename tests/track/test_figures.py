@@ -1,0 +1,93 @@
+"""Figures: drawn in TBLogger's drawing process to the same PNG as drawn directly, logged to
+TensorBoard with those pixels; a drawing error raised in the run with its message; a dead
+drawing process replaced by drawing in the run's process."""
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from fitting.track.figures import FigureSpec, draw, write_png
+from fitting.track.tb_logging import TBLogger
+
+
+def _spec(title="step 3: y = a + b P3(c + d x)"):
+    x = np.linspace(-np.pi, np.pi, 200)
+    return FigureSpec(
+        "line_fit",
+        {"x": x, "target": np.sin(x), "pred": 0.9 * np.sin(x), "title": title,
+         "target_label": "target sin(x)"},
+    )
+
+
+def _images(run_dir):
+    """step -> RGBA pixels of the 'fit' images logged in `run_dir`."""
+    acc = EventAccumulator(str(run_dir), size_guidance={"images": 0}).Reload()
+    return {
+        e.step: np.asarray(Image.open(io.BytesIO(e.encoded_image_string)).convert("RGBA"))
+        for e in acc.Images("fit")
+    }
+
+
+def test_drawn_png_equals_direct_png_and_is_logged(tmp_path):
+    run = tmp_path / "run"
+    with TBLogger(run) as tb:
+        for i in range(3):
+            tb.figure("fit", _spec(f"figure {i}"), i, tmp_path / f"bg{i}.png")
+    logged = _images(run)
+    assert sorted(logged) == [0, 1, 2]
+    for i in range(3):
+        pixels = write_png(_spec(f"figure {i}"), tmp_path / f"here{i}.png")
+        assert pixels.shape == (400, 640, 4)
+        png = (tmp_path / f"bg{i}.png").read_bytes()
+        assert png == (tmp_path / f"here{i}.png").read_bytes()
+        assert png.startswith(b"\x89PNG")
+        assert np.array_equal(logged[i], pixels)
+
+
+def test_a_drawing_error_is_raised_in_the_run_with_its_message(tmp_path):
+    bad = FigureSpec("line_fit", {"x": [0, 1], "target": [0, 1]})  # missing arguments
+    with TBLogger(tmp_path) as tb:
+        tb.figure("fit", bad, 0, tmp_path / "bad.png")
+        with pytest.raises(TypeError, match="pred"):
+            tb.flush()
+        tb.figure("fit", _spec(), 1, tmp_path / "good.png")  # the drawer keeps serving
+    assert (tmp_path / "good.png").exists()
+    assert list(_images(tmp_path)) == [1]
+
+
+def test_drawing_process_killed_mid_run_falls_back_to_drawing_here(tmp_path):
+    with TBLogger(tmp_path / "run") as tb:
+        tb.figure("fit", _spec(), 0, tmp_path / "a.png")
+        tb.flush()
+        for proc in tb._drawer._processes.values():
+            proc.kill()
+            proc.join()
+        tb.figure("fit", _spec(), 1, tmp_path / "b.png")  # may or may not reach the process
+        tb.figure("fit", _spec(), 2, tmp_path / "c.png")
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "c.png").read_bytes()
+    assert (tmp_path / "b.png").read_bytes() == (tmp_path / "c.png").read_bytes()
+    assert sorted(_images(tmp_path / "run")) == [0, 1, 2]
+
+
+def test_drawing_process_never_imports_torch(tmp_path):
+    with TBLogger(tmp_path) as tb:
+        tb.figure("fit", _spec(), 0, tmp_path / "a.png")
+        tb.flush()
+        loaded = tb._drawer.submit(eval, "sorted(set(__import__('sys').modules) & "
+                                         "{'torch', 'matplotlib'})").result()
+    assert loaded == ["matplotlib"]
+
+
+def test_unknown_kind_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown figure kind 'pie'; one of"):
+        draw(FigureSpec("pie", {}))
+
+
+def test_relative_paths_are_the_run_s(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with TBLogger(tmp_path / "run") as tb:
+        tb.figure("fit", _spec(), 0, "relative.png")
+    assert (tmp_path / "relative.png").read_bytes().startswith(b"\x89PNG")
