@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fitting.bench.report import DOC, write_section
 from fitting.optim.levenberg_marquardt import LevenbergMarquardt
 from fitting.optim.newton import Newton
 from fitting.optim.second_order import residual_fn_from_model
@@ -192,10 +193,15 @@ def main(argv: list[str] | None = None) -> None:
             cell = functools.partial(run, name, args.impl, dtype, optimum)
             runs.append(best_of(args.repeats, cell))
     runs += scipy_reference(exact_poly3_optimum(torch.float64).loss)
-    print(f"exact optimum (float64 data): {exact_poly3_optimum(torch.float64).loss:.15f}")
-    print(f"exact optimum (float32 data): {exact_poly3_optimum(torch.float32).loss:.15f}")
-    print(f"impl={args.impl}, torch {torch.__version__}, {torch.get_num_threads()} threads\n")
-    print(table(runs))
+    body = (
+        f"- exact optimum (float64 data): {exact_poly3_optimum(torch.float64).loss:.15f}\n"
+        f"- exact optimum (float32 data): {exact_poly3_optimum(torch.float32).loss:.15f}\n"
+        f"- impl={args.impl}, torch {torch.__version__}, {torch.get_num_threads()} threads\n\n"
+        f"{table(runs)}"
+    )
+    print(body)
+    command = f"python -m fitting.bench.optimizers --repeats {args.repeats} --impl {args.impl}"
+    write_section(DOC, "optimizers", command, body)
 
 
 if __name__ == "__main__":

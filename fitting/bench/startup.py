@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fitting.bench.report import DOC, write_section
+
 REPO = Path(__file__).resolve().parents[2]
 TARGET = 1.6
 
@@ -92,14 +94,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 cpus[name].append(cpu)
     wall_med = {name: statistics.median(ts) for name, ts in walls.items()}
     cpu_med = {name: statistics.median(ts) for name, ts in cpus.items()}
+    lines = ["| command | wall median (s) | CPU median (s) | wall of each run (s) |",
+             "|---|---:|---:|---|"]
     for name in cmds:
         runs = ", ".join(f"{t:.2f}" for t in walls[name])
-        print(f"{name:12s} wall median {wall_med[name]:.2f} s (runs: {runs}); "
-              f"CPU median {cpu_med[name]:.2f} s")
+        lines.append(f"| {name} | {wall_med[name]:.2f} | {cpu_med[name]:.2f} | {runs} |")
+    lines.append("")
     for bare in ("bare-optim", "bare-manual"):
-        target = f"  (target <= {TARGET}x)" if bare == "bare-manual" else ""
-        print(f"app / {bare:11s} wall {wall_med['app'] / wall_med[bare]:.2f}x, "
-              f"CPU {cpu_med['app'] / cpu_med[bare]:.2f}x{target}")
+        target = f" (target <= {TARGET}x)" if bare == "bare-manual" else ""
+        lines.append(f"- app / {bare}: wall {wall_med['app'] / wall_med[bare]:.2f}x, "
+                     f"CPU {cpu_med['app'] / cpu_med[bare]:.2f}x{target}")
+    print("\n".join(lines))
+    command = f"python -m fitting.bench.startup --runs {args.runs}"
+    write_section(DOC, "startup", command, "\n".join(lines))
     return wall_med
 
 

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from fitting.bench.report import DOC, write_section
+
 REPO = Path(__file__).resolve().parents[2]
 TARGET = 0.75
 JOBS = 4
@@ -110,7 +112,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
     launchers = {"serial": None, "joblib": args.n_jobs}
     timings: dict[str, list[Timing]] = {name: [] for name in launchers}
-    print(f"{JOBS}-job sweep: task={args.task} steps={args.steps}, {os.cpu_count()} cores")
     capacity = [parallel_capacity(args.n_jobs)]
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs + 1):  # run 0 warms file caches and __pycache__
@@ -123,16 +124,21 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     timings[name].append(timing)
     capacity.append(parallel_capacity(args.n_jobs))
     med = {name: statistics.median(t.wall for t in ts) for name, ts in timings.items()}
+    lines = [f"{JOBS}-job sweep: task={args.task} steps={args.steps}, {os.cpu_count()} cores", ""]
     for name in launchers:
         runs = "; ".join(str(t) for t in timings[name])
-        print(f"{name:7s} wall median {med[name]:.2f} s; runs: {runs}")
-    print(f"capacity: {args.n_jobs} CPU-bound processes at once ran "
-          f"{capacity[0]:.2f}x (before) and {capacity[1]:.2f}x (after) as fast as one by one "
-          f"({args.n_jobs}x with free cores)")
+        lines.append(f"- {name}: wall median {med[name]:.2f} s; runs: {runs}")
+    lines.append(f"- capacity: {args.n_jobs} CPU-bound processes at once ran "
+                 f"{capacity[0]:.2f}x (before) and {capacity[1]:.2f}x (after) as fast as one by "
+                 f"one ({args.n_jobs}x with free cores)")
     ratio = med["joblib"] / med["serial"]
     verdict = "met" if ratio <= TARGET else "NOT met"
-    print(f"joblib (n_jobs={args.n_jobs}) / serial: {ratio:.2f}x "
-          f"(target <= {TARGET}x: {verdict})")
+    lines.append(f"- joblib (n_jobs={args.n_jobs}) / serial: {ratio:.2f}x "
+                 f"(target <= {TARGET}x: {verdict})")
+    print("\n".join(lines))
+    command = (f"python -m fitting.bench.sweep --task {args.task} --steps {args.steps} "
+               f"--runs {args.runs} --n-jobs {args.n_jobs}")
+    write_section(DOC, "sweep", command, "\n".join(lines))
     return {**med, "ratio": ratio}
 
 

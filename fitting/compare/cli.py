@@ -1,7 +1,8 @@
-"""Compare impl=custom against impl=builtin runs: `python -m fitting.compare SWEEP_DIR [--out DIR]`.
+"""Compare custom and built-in ops run by run: `python -m fitting.compare DIR [--out DIR]`.
 
 Reads the TensorBoard event files of every run under the dir, pairs runs whose configs differ
-only in `impl`, prints the tables and writes them to compare.md, with the figure compare.png.
+only in `impl` and `ops.*` (each against the run with the most built-in ops), prints the tables
+and writes them to compare.md, with the figure compare.png.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def pairs_table(pairs: list[PairStats]) -> str:
     rows = [
         [
             p.other.run.task,
-            f"{p.other.run.impl} / builtin",
+            f"{p.other.run.impl} / {p.builtin.run.impl}",
             f"`{p.other.run.name}` / `{p.builtin.run.name}`",
             str(p.common_steps),
             _num(p.max_rel_dloss, ".3e"),
@@ -119,7 +120,8 @@ NOTES = f"""\
 - time ratio: custom / builtin median step time (> 1: custom is slower); marked (wall) where a
   run lacks `{STEP_MS}` and the ratio is of seconds per step from the event wall times.
 - saved-bytes ratio: custom / builtin median saved bytes per step.
-- runs pair when their `.hydra/config.yaml` agree on everything but `impl` and output paths."""
+- runs pair when their `.hydra/config.yaml` agree on everything but `impl`, `ops.*` and output
+  paths; the reference of a pair is the run with the most built-in ops."""
 
 
 def report(root: Path, out: Path) -> str:
@@ -136,7 +138,7 @@ def report(root: Path, out: Path) -> str:
     if pairs:
         tables += f"## Pairs\n\n{pairs_table(pairs)}\n"
     else:
-        tables += "## Pairs\n\nNo pairs: no two runs have the same config but for impl.\n"
+        tables += "## Pairs\n\nNo pairs: no two runs have the same config but for impl and ops.\n"
     if unpaired:
         tables += "\nWithout a partner: " + ", ".join(f"`{n}`" for n in unpaired) + "\n"
     timed_by_step_ms = [s.run.name for s in stats.values() if s.timing == "step_ms"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from fitting.compare.runs_reader import Run, Series
-from fitting.compare.stats import LOSS, REFERENCE_IMPL, TINY
+from fitting.compare.stats import LOSS, TINY
 
 VAL_LOSS = "loss/val"
 MAX_PARAM_TAGS = 8
@@ -29,10 +29,10 @@ def param_tags(run: Run) -> list[str]:
 
 
 def group_label(group: list[Run]) -> str:
-    """A row title: task, optimizer and the group's own overrides other than impl."""
+    """A row title: task, optimizer and the group's own overrides other than impl and ops."""
     run = group[0]
     # Sweep presets (+experiment=…) say how the sweep was launched, not what differs.
-    own = ("impl=", "task=", "experiment=")
+    own = ("impl=", "ops.", "task=", "experiment=")
     extra = [o for o in run.overrides if not o.lstrip("+~").startswith(own)]
     return f"{run.task} · {run.optimizer}" + (f" · {','.join(extra)}" if extra else "")
 
@@ -43,7 +43,7 @@ def _common(a: Series, b: Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _style(run: Run) -> dict[str, object]:
-    if run.impl == REFERENCE_IMPL:
+    if run.impl == "builtin":
         return {"linestyle": "--", "linewidth": 1.6}
     return {"linestyle": "-", "linewidth": 1.0}
 
@@ -79,7 +79,7 @@ def _plot_row(axes, group: list[Run], pairs: list[tuple[Run, Run]]) -> None:
         if LOSS in other.scalars and LOSS in builtin.scalars:
             steps, lo, lb = _common(other.scalars[LOSS], builtin.scalars[LOSS])
             rel = (lo - lb) / np.maximum(np.abs(lb), TINY)
-            ax_dloss.plot(steps, rel, color="k", label=f"{other.impl} − builtin")
+            ax_dloss.plot(steps, rel, color="k", label=f"{other.impl} − {builtin.impl}")
         for j, tag in enumerate(param_tags(other)):
             if tag in builtin.scalars:
                 steps, po, pb = _common(other.scalars[tag], builtin.scalars[tag])
@@ -98,7 +98,7 @@ def _plot_row(axes, group: list[Run], pairs: list[tuple[Run, Run]]) -> None:
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
         if not pairs:
-            _empty(ax, "no run with the same config and impl=builtin")
+            _empty(ax, "no run with the same config and more built-in ops")
         elif len(ax.lines) > 1:
             ax.legend(fontsize=7, ncol=2)
 

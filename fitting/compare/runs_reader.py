@@ -54,8 +54,27 @@ class Run:
 
     @property
     def impl(self) -> str:
-        """The implementation: `impl` (or `impl.name`), else the `impl=` override, else '?'."""
-        return _group_name(self.config, self.overrides, "impl")
+        """The implementation: `impl` (else the `impl=` override, else '?'), followed by each
+        `ops.<op>=` chosen otherwise, e.g. 'custom, ops.conv_bn=builtin'."""
+        base = _group_name(self.config, self.overrides, "impl")
+        own = [f"ops.{op}={v}" for op, v in self.ops.items() if v != base]
+        return ", ".join([base, *own]) if own else base
+
+    @property
+    def ops(self) -> dict[str, str]:
+        """Each op's choice (`ops.<op>`), an op that follows `impl` given as impl's value."""
+        base = _group_name(self.config, self.overrides, "impl")
+        ops = self.config.get("ops")
+        if not isinstance(ops, dict):
+            return {}
+        return {op: base if str(v).startswith("${") else str(v) for op, v in ops.items()}
+
+    @property
+    def builtin_ops(self) -> int:
+        """How many of its ops are the built-in twins (impl itself when the run has no ops)."""
+        if not self.ops:
+            return int(self.impl == "builtin")
+        return sum(v == "builtin" for v in self.ops.values())
 
     @property
     def optimizer(self) -> str:
@@ -63,10 +82,10 @@ class Run:
         return _group_name(self.config, self.overrides, "optimizer")
 
     def comparison_key(self) -> str:
-        """The config with `impl` and volatile keys removed: equal keys mean comparable runs."""
+        """The config without `impl`, `ops` and volatile keys: equal keys mean comparable runs."""
         if not self.config:
             return f"<no config: {self.name}>"
-        cfg = {k: v for k, v in self.config.items() if k != "impl"}
+        cfg = {k: v for k, v in self.config.items() if k not in ("impl", "ops")}
         return json.dumps(_strip_volatile(cfg, str(self.path.resolve())), sort_keys=True)
 
 

@@ -13,7 +13,6 @@ STEP_MS = "time/step_ms"
 SAVED_BYTES = "memory/saved_bytes"
 PEAK_BYTES = "memory/peak_bytes"
 PEAK_RSS = "memory/peak_rss_bytes"
-REFERENCE_IMPL = "builtin"
 TINY = float(np.finfo(np.float64).tiny)
 
 
@@ -126,7 +125,8 @@ def pair_stats(other: RunStats, builtin: RunStats) -> PairStats:
 
 
 def group_runs(runs: list[Run]) -> list[list[Run]]:
-    """Runs grouped by config without `impl` (and volatile keys), in order of first appearance."""
+    """Runs grouped by config without `impl` and `ops` (and volatile keys), in order of first
+    appearance."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(run.comparison_key(), []).append(run)
@@ -134,9 +134,16 @@ def group_runs(runs: list[Run]) -> list[list[Run]]:
 
 
 def pair_runs(group: list[Run]) -> tuple[list[tuple[Run, Run]], list[Run]]:
-    """(non-builtin, builtin) pairs of one group, matched in name order, and the unpaired rest."""
-    builtins = [r for r in group if r.impl == REFERENCE_IMPL]
-    others = [r for r in group if r.impl not in (REFERENCE_IMPL, "?")]
-    pairs = list(zip(others, builtins, strict=False))
+    """(other, reference) pairs of one group and the unpaired rest. The references are the runs
+    with the most built-in ops (impl=builtin, or the most ops.<op>=builtin); one reference
+    pairs with every other run, several pair with the others in name order."""
+    known = [r for r in group if not r.impl.startswith("?")]
+    most = max((r.builtin_ops for r in known), default=0)
+    refs = [r for r in known if r.builtin_ops == most and most > 0]
+    others = [r for r in known if r.builtin_ops < most]
+    if len(refs) == 1:
+        pairs = [(other, refs[0]) for other in others]
+    else:
+        pairs = list(zip(others, refs, strict=False))
     paired = {id(r) for pair in pairs for r in pair}
     return pairs, [r for r in group if id(r) not in paired]

@@ -117,6 +117,33 @@ def test_runs_differing_in_more_than_impl_do_not_pair(tmp_path, capsys):
     assert (tmp_path / "compare.md").is_file() and (tmp_path / "compare.png").is_file()
 
 
+def test_runs_differing_in_one_op_pair_against_the_more_builtin_run(tmp_path, capsys):
+    """task=cnn ops.conv_bn=custom,builtin: each run follows impl=custom but for one op; the
+    run with ops.conv_bn=builtin is the reference, named by its op in the tables."""
+    losses = poly3_losses(5)
+    follow = {op: "${impl}" for op in ("linear", "relu", "conv_bn", "legendre_p3")}
+    for name, conv_bn in (("0_ops.conv_bn=custom", "custom"), ("1_ops.conv_bn=builtin", "builtin")):
+        cfg = {**job_config("custom"), "ops": {**follow, "conv_bn": conv_bn}}
+        write_job(tmp_path / name, cfg, [f"ops.conv_bn={conv_bn}"], losses, 0.01, 10)
+    write_job(tmp_path / "2_impl=builtin", {**job_config("builtin"), "ops": follow},
+              ["impl=builtin"], losses, 0.01, 10)
+    runs = {r.name: r for r in read_runs(tmp_path)}
+    assert runs["0_ops.conv_bn=custom"].impl == "custom"
+    assert runs["1_ops.conv_bn=builtin"].impl == "custom, ops.conv_bn=builtin"
+    assert runs["2_impl=builtin"].impl == "builtin"
+    assert len({r.comparison_key() for r in runs.values()}) == 1
+    assert main([str(tmp_path)]) == 0
+    pairs = table(capsys.readouterr().out, "Pairs")
+    assert [p["comparison"] for p in pairs] == [
+        "custom / builtin", "custom, ops.conv_bn=builtin / builtin"]
+    (tmp_path / "2_impl=builtin").rename(tmp_path.parent / f"{tmp_path.name}_builtin")
+    assert main([str(tmp_path)]) == 0
+    pairs = table(capsys.readouterr().out, "Pairs")
+    assert [p["comparison"] for p in pairs] == ["custom / custom, ops.conv_bn=builtin"]
+    assert pairs[0]["runs (custom / builtin)"] == (
+        "`0_ops.conv_bn=custom` / `1_ops.conv_bn=builtin`")
+
+
 def test_output_paths_do_not_break_pairs(tmp_path):
     losses = poly3_losses(5)
     for name, impl in (("x", "custom"), ("y", "builtin")):
