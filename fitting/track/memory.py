@@ -137,14 +137,18 @@ def quiet_native_stderr() -> Iterator[None]:
 class StepMemory:
     """Which steps of a run get their tensor peak measured, and what was measured.
 
-    Sampled: the first logged step after step 0 (step 0 allocates the optimizer's state, a
-    one-off), then the first logged step at or after each multiple of `every` (0: no more).
+    Sampled: the first logged step from step `first` on (default 1: step 0 allocates the
+    optimizer's state, a one-off), then the first logged step at or after each multiple of
+    `every` (0: no more).
     """
 
     device: torch.device
     every: int
+    first: int = 1
     peaks: dict[int, int] = field(default_factory=dict)  # step -> peak tensor bytes
-    _next: int = 1
+
+    def __post_init__(self) -> None:
+        self._next = self.first
 
     @contextmanager
     def measure(self, step: int, logged: bool) -> Iterator[None]:

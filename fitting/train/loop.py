@@ -23,6 +23,7 @@ from fitting.track.memory import StepMemory
 from fitting.track.tb_logging import TBLogger, grad_norm, grad_scalars, param_scalars
 from fitting.train.checkpoint import Checkpointer, LoopState
 from fitting.train.closure import make_closure
+from fitting.train.profile import PROFILED_STEPS
 from fitting.train.signals import Diverged, Interrupted, NonFiniteStep, StopSignals
 from fitting.train.stop_rule import StopRule
 
@@ -104,7 +105,9 @@ class _Loop:
         self.console_every = cfg.log.console_every or max(1, cfg.steps // 10)
         self.batch: Any = None  # the last step's
         self.saved_bytes = 0  # the last step's
-        self.memory = StepMemory(self.params[0].device, cfg.log.memory_every)
+        # torch runs one profiler at a time: the tensor peaks are sampled after profile=true's.
+        first = PROFILED_STEPS if cfg.profile else 1
+        self.memory = StepMemory(self.params[0].device, cfg.log.memory_every, first)
         self.wall_before, self.start = self.st.wall_s, time.perf_counter()
 
     def run(self) -> FitResult:

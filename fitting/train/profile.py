@@ -20,6 +20,7 @@ TRACE = "profile_trace.json"
 # Step 0 is skipped (first calls allocate and dispatch slowly), step 1 warms the profiler up,
 # steps 2-4 are recorded.
 WAIT, WARMUP, ACTIVE = 1, 1, 3
+PROFILED_STEPS = WAIT + WARMUP + ACTIVE  # the steps the profiler is on for
 TOP_OPS = 10
 
 
