@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -9,7 +10,8 @@ import torch
 
 from fitting.optim.spec import StepStats
 from fitting.tasks import Task, squared_error
-from fitting.train.signals import check_finite
+from fitting.track.tb_logging import grad_norm
+from fitting.train.signals import NonFiniteStep
 from models.ops import saved_tensor_bytes
 
 
@@ -47,3 +49,26 @@ def make_closure(
         return loss
 
     return closure
+
+
+def check_finite(loss: torch.Tensor, params: list[torch.Tensor], norm: bool) -> float | None:
+    """Raise NonFiniteStep unless `loss` and the gradients of `params` are all finite; with
+    `norm`, return the gradients' 2-norm (computed for the check, logged by the loop).
+
+    Without `norm` the check sums the gradients: cheap enough for every step (measured: ~3 µs
+    for poly3's four scalars, ~11 µs for mlp's 4353 and ~28 µs for cnn's 67132 entries, 1-2%
+    of their steps). Only when that sum or norm is not finite are the entries themselves
+    checked: huge but finite gradients overflow it without being non-finite."""
+    value = loss.item()
+    if not math.isfinite(value):
+        raise NonFiniteStep("loss", value)
+    grads = [p.grad for p in params if p.grad is not None]
+    if norm:
+        total = grad_norm(params)
+    elif all(g.ndim == 0 for g in grads):
+        total = sum(g.item() for g in grads)
+    else:
+        total = torch.cat([g.reshape(-1) for g in grads]).sum().item()
+    if not math.isfinite(total) and not all(bool(torch.isfinite(g).all()) for g in grads):
+        raise NonFiniteStep("gradient", value)
+    return total if norm else None

@@ -3,16 +3,11 @@ gradient before its update, and the exceptions that say why a run stopped."""
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 import signal
 import threading
 from types import FrameType, TracebackType
-
-import torch
-
-from fitting.track.tb_logging import grad_norm
 
 # Exit status of a run stopped by a non-finite loss or gradient (2 is a config error, 128+N a
 # signal, as shells report them).
@@ -117,26 +112,3 @@ class NonFiniteStep(Exception):
             f"non-finite {what} at step {self.step} ({last}); stopped before its update, events "
             f"and checkpoint.pt kept up to there; try a smaller optimizer.lr"
         )
-
-
-def check_finite(loss: torch.Tensor, params: list[torch.Tensor], norm: bool) -> float | None:
-    """Raise NonFiniteStep unless `loss` and the gradients of `params` are all finite; with
-    `norm`, return the gradients' 2-norm (computed for the check, logged by the loop).
-
-    Without `norm` the check sums the gradients: cheap enough for every step (measured: ~3 µs
-    for poly3's four scalars, ~11 µs for mlp's 4353 and ~28 µs for cnn's 67132 entries, 1-2%
-    of their steps). Only when that sum or norm is not finite are the entries themselves
-    checked: huge but finite gradients overflow it without being non-finite."""
-    value = loss.item()
-    if not math.isfinite(value):
-        raise NonFiniteStep("loss", value)
-    grads = [p.grad for p in params if p.grad is not None]
-    if norm:
-        total = grad_norm(params)
-    elif all(g.ndim == 0 for g in grads):
-        total = sum(g.item() for g in grads)
-    else:
-        total = torch.cat([g.reshape(-1) for g in grads]).sum().item()
-    if not math.isfinite(total) and not all(bool(torch.isfinite(g).all()) for g in grads):
-        raise NonFiniteStep("gradient", value)
-    return total if norm else None

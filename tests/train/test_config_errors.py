@@ -180,3 +180,16 @@ def test_validate_answers_without_importing_torch():
     proc = train("-c", code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "steps must be >= 1, got 0\nFalse\n"
+
+
+def test_train_py_answers_a_config_error_without_importing_torch():
+    """python train.py steps=0: the whole path to the config error (Hydra, the write-error
+    hooks, validation) stays clear of torch's import, which takes longer than all the rest."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "train.py", "steps=0"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "fitting.train.validate" in imported and "torch" not in imported

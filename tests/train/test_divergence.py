@@ -17,8 +17,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.tasks import poly3
 from fitting.train.checkpoint import load
+from fitting.train.closure import check_finite
 from fitting.train.run import run
-from fitting.train.signals import DIVERGED_EXIT, Diverged, NonFiniteStep, check_finite
+from fitting.train.signals import DIVERGED_EXIT, Diverged, NonFiniteStep
 from fitting.train.validate import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
