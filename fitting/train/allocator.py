@@ -7,7 +7,9 @@ a training step's activations come from the heap, whose freed holes stay residen
 as allocation patterns shift. The policies (measured in docs/benchmarks.md):
 
 - `mmap`: a fixed mmap threshold (MMAP_THRESHOLD), so big activations are mapped on demand and
-  returned on free: the process's resident memory follows its live tensors.
+  returned on free: the process's resident memory follows its live tensors. Blocks below it
+  come from the heap, whose free top is kept (MMAP_TRIM) rather than returned and faulted in
+  again every step.
 - `default`: glibc as shipped (dynamic threshold).
 - `tuned`: thresholds raised to 256 MiB: everything from the heap and nothing returned, fewest
   page faults, most resident memory.
@@ -15,8 +17,10 @@ as allocation patterns shift. The policies (measured in docs/benchmarks.md):
   before the process starts: LD_PRELOAD=<its libmimalloc.so> python train.py ...
 
 `mmap` is the default because it is the policy under which a smaller live peak (the fused
-conv-BN's) reliably becomes a smaller peak RSS at large batches. Its price is CPU time: every
-big buffer is page-faulted in afresh. `tuned` is the fastest and holds the most memory.
+conv-BN's) reliably becomes a smaller peak RSS at large batches. Its price is CPU time at large
+batches, where every big buffer is page-faulted in afresh; at the cnn's default batch its
+activations stay below the threshold and it runs as fast as `tuned`. `tuned` is the fastest
+at large batches and holds the most memory.
 """
 
 from __future__ import annotations
@@ -29,9 +33,14 @@ from importlib import metadata
 # mallopt() parameter numbers from glibc's <malloc.h>.
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-# 64 KiB: every activation of the cnn (>= 128 KiB at batch 64) is mapped on demand; the many
-# small blocks (parameters' gradients, Python objects) stay in the heap.
-MMAP_THRESHOLD = 64 << 10
+# 4 MiB: the cnn's activations at large batches (each >= 4 MiB from batch 128 on) are mapped on
+# demand; at its default batch of 64 they (and every smaller block) stay in the heap. A lower
+# threshold maps those too, and page-faults them in afresh every step: 2.5x the step time of
+# the default cnn run for no smaller peak RSS (docs/benchmarks.md).
+MMAP_THRESHOLD = 4 << 20
+# The heap's free top kept rather than returned: with a fixed mmap threshold glibc would
+# otherwise trim it at 128 KiB and fault it back in every step.
+MMAP_TRIM = 256 << 20
 # 256 MiB: every tensor of these CPU training steps comes from (and returns to) the heap, and
 # at most 256 MiB of free memory is kept at the heap's top.
 TUNED_THRESHOLD = 256 << 20
@@ -39,7 +48,7 @@ THRESHOLD_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 # policy -> (mmap threshold, trim threshold) for mallopt; None: leave glibc as it is.
 MALLOPT = {
     "default": None,
-    "mmap": (MMAP_THRESHOLD, None),
+    "mmap": (MMAP_THRESHOLD, MMAP_TRIM),
     "tuned": (TUNED_THRESHOLD, TUNED_THRESHOLD),
 }
 # policy -> (pip distribution, its shared library): allocators that replace malloc.

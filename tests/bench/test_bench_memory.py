@@ -143,6 +143,6 @@ def test_allocators_command_end_to_end(tmp_path):
     rows = list(csv.DictReader(csv_path.open()))
     assert len(rows) == 2 * 2 * 5  # policies x impls x metrics
     assert {r["allocator"].split("malloc, ")[-1] for r in rows} == {
-        "allocator=default (default thresholds)", "allocator=mmap (mallopt mmap/trim (65536, None))"
+        "allocator=default (default thresholds)", "allocator=mmap (mallopt mmap/trim (4194304, 268435456))"
     }
     assert "| mmap (app default) | 4 |" in doc.read_text()

@@ -25,7 +25,7 @@ needs_glibc = pytest.mark.skipif(
     not sys.platform.startswith("linux") or glibc_version() is None, reason="glibc's mallopt"
 )
 
-# Allocates 1 MiB, frees it, allocates 1 MiB again: prints the policy line and how many bytes
+# Allocates 8 MiB, frees it, allocates 8 MiB again: prints the policy line and how many bytes
 # of the second block glibc mapped with mmap (mallinfo2's hblkhd).
 MAPPED_PROBE = """
 import ctypes, sys
@@ -38,9 +38,9 @@ class MallInfo2(ctypes.Structure):
 libc.mallinfo2.restype = MallInfo2
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
-libc.free(libc.malloc(1 << 20))
+libc.free(libc.malloc(8 << 20))
 before = libc.mallinfo2().hblkhd
-block = libc.malloc(1 << 20)
+block = libc.malloc(8 << 20)
 print(libc.mallinfo2().hblkhd - before)
 """
 
@@ -61,14 +61,14 @@ def test_config_choices_are_the_policies():
 @needs_glibc
 @pytest.mark.parametrize(
     ("policy", "mapped"),
-    # default: glibc raised its threshold to the freed 1 MiB block, so the next comes from the
-    # heap; mmap: a fixed 64 KiB threshold maps it again; tuned: 256 MiB, never mapped.
+    # default: glibc raised its threshold to the freed 8 MiB block, so the next comes from the
+    # heap; mmap: a fixed 4 MiB threshold maps it again; tuned: 256 MiB, never mapped.
     [("default", False), ("mmap", True), ("tuned", False)],
 )
 def test_policy_decides_which_blocks_glibc_maps(policy, mapped):
     line, mapped_bytes = probe(policy)
     assert f"allocator={policy}" in line
-    assert (mapped_bytes >= 1 << 20) is mapped
+    assert (mapped_bytes >= 8 << 20) is mapped
 
 
 @needs_glibc
