@@ -8,6 +8,8 @@ impl="custom", impl="builtin" and the plain Sequential without any key mapping.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -103,27 +105,37 @@ class FusedConvBN2d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """bn(conv(x)), with nn.BatchNorm2d's train/eval and running-stat rules."""
-        conv, bn = self.conv, self.bn
-        # nn.BatchNorm2d's own momentum / num_batches_tracked / eval-without-stats rules; the
-        # count is bumped only after the op accepted the input.
-        count = bn.training and bn.track_running_stats and bn.num_batches_tracked is not None
-        factor = 0.0 if bn.momentum is None else bn.momentum
-        if count and bn.momentum is None:  # cumulative moving average
-            factor = 1.0 / float(bn.num_batches_tracked + 1)
-        use_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
-        keep_stats = not bn.training or bn.track_running_stats
-        out = fused_conv_bn2d(
-            x, conv.weight, bn.weight, bn.bias,
-            bn.running_mean if keep_stats else None, bn.running_var if keep_stats else None,
-            use_batch_stats, factor, bn.eps,
-            conv.stride, conv.padding, conv.dilation, conv.groups, self.impl,
-        )  # fmt: skip
-        if count:
-            bn.num_batches_tracked.add_(1)
-        return out
+        return conv_bn_forward(self.conv, self.bn, x, self._op)
+
+    def _op(self, *args: object) -> torch.Tensor:
+        return fused_conv_bn2d(*args, impl=self.impl)
 
     def extra_repr(self) -> str:
         return f"impl={self.impl!r}"
+
+
+def conv_bn_forward(
+    conv: nn.Conv2d, bn: nn.BatchNorm2d, x: torch.Tensor, op: Callable[..., torch.Tensor]
+) -> torch.Tensor:
+    """op(x, conv and BN tensors, training, momentum, eps, conv options) (fused_conv_bn2d's
+    positional arguments), with nn.BatchNorm2d's train/eval and running-stat rules."""
+    # nn.BatchNorm2d's own momentum / num_batches_tracked / eval-without-stats rules; the
+    # count is bumped only after the op accepted the input.
+    count = bn.training and bn.track_running_stats and bn.num_batches_tracked is not None
+    factor = 0.0 if bn.momentum is None else bn.momentum
+    if count and bn.momentum is None:  # cumulative moving average
+        factor = 1.0 / float(bn.num_batches_tracked + 1)
+    use_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
+    keep_stats = not bn.training or bn.track_running_stats
+    out = op(
+        x, conv.weight, bn.weight, bn.bias,
+        bn.running_mean if keep_stats else None, bn.running_var if keep_stats else None,
+        use_batch_stats, factor, bn.eps,
+        conv.stride, conv.padding, conv.dilation, conv.groups,
+    )  # fmt: skip
+    if count:
+        bn.num_batches_tracked.add_(1)
+    return out
 
 
 class FusedAway(nn.Identity):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .conv_bn import FusedConvBN2d
+from .conv_bn import FusedConvBN2d, conv_bn_forward
 from .layers import Linear, ReLU
 from .poly3 import Poly3
 
@@ -69,35 +69,12 @@ class ConvBNCall(OpCall):
         self.add_module("0", layer.conv)
         self.add_module("1", layer.bn)
 
-    @property
-    def conv(self) -> nn.Conv2d:
-        """The convolution (child "0")."""
-        return self._modules["0"]
-
-    @property
-    def bn(self) -> nn.BatchNorm2d:
-        """The batch norm (child "1")."""
-        return self._modules["1"]
+    # The same children, and the same nn.BatchNorm2d bookkeeping around the op.
+    conv, bn = FusedConvBN2d.conv, FusedConvBN2d.bn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """fn(x, conv and BN tensors, ...), with nn.BatchNorm2d's train/eval and stats rules."""
-        conv, bn = self.conv, self.bn
-        # The same bookkeeping as FusedConvBN2d.forward, around a different op.
-        count = bn.training and bn.track_running_stats and bn.num_batches_tracked is not None
-        factor = 0.0 if bn.momentum is None else bn.momentum
-        if count and bn.momentum is None:
-            factor = 1.0 / float(bn.num_batches_tracked + 1)
-        use_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
-        keep = not bn.training or bn.track_running_stats
-        out = self.fn(
-            x, conv.weight, bn.weight, bn.bias,
-            bn.running_mean if keep else None, bn.running_var if keep else None,
-            use_batch_stats, factor, bn.eps,
-            conv.stride, conv.padding, conv.dilation, conv.groups,
-        )  # fmt: skip
-        if count:
-            bn.num_batches_tracked.add_(1)
-        return out
+        return conv_bn_forward(self.conv, self.bn, x, self.fn)
 
 
 class Poly3Call(OpCall):
