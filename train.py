@@ -33,7 +33,7 @@ def main(cfg: DictConfig) -> float:
         if cfg.resume is not None:
             if multirun:
                 raise ConfigError("resume= continues one run: use it without -m/--multirun")
-            from fitting.train.checkpoint import resume_config
+            from fitting.train.resume import resume_config
 
             cfg = resume_config(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices)
         from fitting.train.write_errors import raise_log_write_errors

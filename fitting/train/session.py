@@ -15,13 +15,14 @@ import torch
 from fitting.optim import OPTIMIZERS
 from fitting.tasks import build_task
 from fitting.track.tb_logging import TBLogger
-from fitting.train.checkpoint import Checkpointer, check_resumable, plain_config, restore
+from fitting.train.checkpoint import Checkpointer, plain_config, restore
 from fitting.train.checkpoint import load as load_checkpoint
 from fitting.train.loop import Parts, fit
 from fitting.train.ops import resolve_ops, swaps, user_op_lines
 from fitting.train.parallel import job_threads
 from fitting.train.profile import step_profiler
 from fitting.train.report import closing_lines, final_metrics, hparams, start_line, where_lines
+from fitting.train.resume import check_resumable
 from fitting.train.validate import CHECKPOINT, ConfigError
 
 if TYPE_CHECKING:

@@ -15,6 +15,7 @@ import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.train import checkpoint
 from fitting.train.checkpoint import load, plain_config, save_atomic
 from fitting.train.checkpoint_errors import CheckpointError
+from fitting.train.resume import resume_config
 from fitting.train.run import run
 from fitting.train.validate import ConfigError
 
@@ -156,7 +157,7 @@ def test_resume_config_is_typed_like_a_composed_one(tmp_path):
 
     run(make_cfg(*SMALL["mlp"], "steps=3", *QUIET), tmp_path)
     overrides = ["steps=6", "on_nonfinite=raise", "log.every=2", f"resume={tmp_path}"]
-    cfg = checkpoint.resume_config(make_cfg(*overrides), overrides, {"task": "poly3"})
+    cfg = resume_config(make_cfg(*overrides), overrides, {"task": "poly3"})
     assert cfg.impl is Impl.custom and cfg.task.target is Target.sin
     assert cfg.on_nonfinite is OnNonFinite["raise"]
     assert (cfg.steps, cfg.log.every, cfg.resume) == (6, 2, str(tmp_path.resolve()))

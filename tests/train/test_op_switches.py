@@ -14,7 +14,8 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.tasks import TASKS
-from fitting.train.checkpoint import load, resume_config
+from fitting.train.checkpoint import load
+from fitting.train.resume import resume_config
 from fitting.train.run import run
 from fitting.train.validate import ConfigError
 
