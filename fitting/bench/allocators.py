@@ -22,6 +22,8 @@ from fitting.train.allocator import DEFAULT_POLICY
 BATCHES = (64, 1024)
 RULE_BATCH = 1024
 MAX_TIME_RATIO = 1.15
+# Steps whose CPU time a memory point averages: enough to steady the per-step figure.
+CPU_STEPS = 8
 
 
 def measure(policy: str, batch: int, rounds: int, min_run_time: float) -> dict:
@@ -31,8 +33,9 @@ def measure(policy: str, batch: int, rounds: int, min_run_time: float) -> dict:
                       policy)  # fmt: skip
     row = {"policy": policy, "batch": batch, "allocator": times["allocator"]}
     for impl in IMPLS:
-        point = run_child("fitting.bench.cnn_step", ["memory", "--impl", impl,
-                                                     "--batch", str(batch)], policy)
+        point = run_child("fitting.bench.cnn_step", ["memory", "--impl", impl, "--batch",
+                                                     str(batch), "--steps", str(CPU_STEPS)],
+                          policy)
         row[f"{impl}_ms"] = times[f"{impl}_ms"]
         row[f"{impl}_rss"] = point["rss_peak_bytes"]
         row[f"{impl}_rss_above_start"] = point["rss_peak_bytes"] - point["rss_start_bytes"]

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from ._checks import check_impl
 from ._function import compile_safe_apply
 from ._memory_format import suggest_memory_format
+from .conv_bn_backward import batch_norm_backward_into, conv_backward_in_slices
 from .conv_bn_checks import OP, check_conv_bn, check_pair
 
 
@@ -15,9 +16,12 @@ class FusedConvBN2dFunction(torch.autograd.Function):
     """Training-mode conv → batch norm that recomputes the conv in backward instead of saving it.
 
     Saves x, the conv weight, the BN weight and the per-channel batch mean and 1/std; the
-    built-in pair also keeps the whole conv output. Forward and backward are the aten kernels
-    the built-in pair runs (convolution, native_batch_norm and their backwards), so results and
-    running-stat updates match it bit for bit on CPU. The backward is itself differentiable.
+    built-in pair also keeps the whole conv output. Forward runs the aten kernels the built-in
+    pair runs (convolution, native_batch_norm), so outputs and running-stat updates match it
+    bit for bit on CPU. Backward writes batch norm's gradient into the recomputed conv output
+    and runs the conv backward over batch slices (conv_bn_backward.py), so a large batch's
+    peak stays low; its gradients match the pair's to rounding. The backward is itself
+    differentiable (then through aten's kernels).
     `conv` is torch.convolution's trailing arguments: (stride, padding, dilation, False,
     (0, 0), groups).
 
@@ -56,16 +60,20 @@ class FusedConvBN2dFunction(torch.autograd.Function):
         # aten's batch-norm backward reads grad_out as if in y's memory format.
         fmt = torch.contiguous_format if y.is_contiguous() else torch.channels_last
         grad_out = grad_out.contiguous(memory_format=fmt)
-        mask = [need_x or need_w, need_g, need_b]
-        grad_y, grad_g, grad_b = torch.ops.aten.native_batch_norm_backward(
-            grad_out, y, bn_weight, None, None, save_mean, save_invstd, True, ctx.eps, mask
-        )
-        del y  # free the recomputed activation before the conv backward allocates its grads
+        # aten's kernel for double backward (differentiable) and half precisions (float math).
+        if torch.is_grad_enabled() or y.dtype not in (torch.float32, torch.float64):
+            mask = [need_x or need_w, need_g, need_b]
+            grad_y, grad_g, grad_b = torch.ops.aten.native_batch_norm_backward(
+                grad_out, y, bn_weight, None, None, save_mean, save_invstd, True, ctx.eps, mask
+            )
+            del y  # free the recomputed activation before the conv backward allocates its grads
+        else:
+            grad_y, grad_g, grad_b = batch_norm_backward_into(
+                y, grad_out, bn_weight, save_mean, save_invstd
+            )
         grad_x = grad_w = None
         if need_x or need_w:
-            grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
-                grad_y, x, weight, None, *ctx.conv, [need_x, need_w, False]
-            )
+            grad_x, grad_w = conv_backward_in_slices(grad_y, x, weight, ctx.conv, need_x, need_w)
         grad_g, grad_b = (grad_g if need_g else None), (grad_b if need_b else None)
         return grad_x, grad_w, grad_g, grad_b, *(None,) * 5
 

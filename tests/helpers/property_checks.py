@@ -127,6 +127,34 @@ def conv_bn_eval_abs(x, w, gamma, beta, mean, var, eps, stride, padding, dilatio
     return y * s.view(-1, 1, 1) + shift.view(-1, 1, 1)
 
 
+def conv_bn_train_grad_abs(absed, values, g, eps, stride, padding, dilation, groups):
+    """Bounds for training-mode conv → BN gradients (x, weight, bn_weight, bn_bias, those that
+    require grad): the sizes of the terms batch norm's backward adds, |γ|/σ·(|g| + mean|g| +
+    |x̂|·mean|g·x̂|), carried through the conv's backward on |x|, |w|; Σ|g·x̂| and Σ|g| for γ, β.
+
+    `absed`: {name: (leaf, view)} over |inputs| (abs64); `values`: the inputs x, weight and
+    bn_weight (or None) whose batch statistics x̂ and σ are taken.
+    """
+    conv = (stride, padding, dilation, groups)
+    x, w, gamma = (None if v is None else v.detach().to("cpu", torch.float64) for v in values)
+    dims, per_channel = (0, 2, 3), (1, -1, 1, 1)
+    y = F.conv2d(x, w, None, *conv)
+    var = y.var(dims, unbiased=False, keepdim=True)
+    xhat = ((y - y.mean(dims, keepdim=True)) * (var + eps).rsqrt()).abs()
+    ga = g.detach().to("cpu", torch.float64).abs()
+    scale = (var + eps).rsqrt() * (1.0 if gamma is None else gamma.abs().view(per_channel))
+    gy = scale * (ga + ga.mean(dims, keepdim=True) + xhat * (ga * xhat).mean(dims, keepdim=True))
+    # One sum whose gradients are the bounds: conv(|x|, |w|)·gy, x̂·|γ|·|g|, |β|·|g|.
+    total = (F.conv2d(absed["x"][1], absed["weight"][1], None, *conv) * gy).sum()
+    if absed["bn_weight"][1] is not None:
+        total = total + (xhat * ga * absed["bn_weight"][1].view(per_channel)).sum()
+    if absed["bn_bias"][1] is not None:
+        total = total + (ga * absed["bn_bias"][1].view(per_channel)).sum()
+    leaves = [absed[k][0] for k in ("x", "weight", "bn_weight", "bn_bias")]
+    need = [t for t in leaves if t is not None and t.requires_grad]
+    return list(torch.autograd.grad(total, need, materialize_grads=True)) if need else []
+
+
 def bn_grad_output(draw, out: torch.Tensor) -> torch.Tensor:
     """A random incoming gradient for a batch-norm output.
 

@@ -1,0 +1,88 @@
+"""The fused conv-BN's backward in pieces that keep its peak memory low at large batches.
+
+Its one backward holds the incoming grad_out for its whole run, so what aten's own kernels
+allocate on top of it is what sets the op's peak:
+- batch norm's backward: aten's CPU kernel allocates grad_y and a temporary of the input's size
+  next to the recomputed conv output; `batch_norm_backward_into` turns that output into grad_y
+  in place, taking its per-channel sums a batch slice at a time.
+- the conv's backward: oneDNN copies grad_y into its own layouts, a workspace that grows with
+  the batch; `conv_backward_in_slices` runs it over batch slices.
+Slices hold at most SLICE_BYTES of an activation, so batches up to that size run in one call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._memory_format import suggest_memory_format
+
+SLICE_BYTES = 2 << 20
+
+
+def batch_slices(t: torch.Tensor) -> list[slice]:
+    """Slices of `t`'s batch dim, each holding at most SLICE_BYTES of `t` (at least one row)."""
+    n = t.shape[0]
+    sample_bytes = t[0].numel() * t.element_size() if n else 0
+    rows = max(1, SLICE_BYTES // max(sample_bytes, 1))
+    return [slice(start, start + rows) for start in range(0, n, rows)] or [slice(0, 0)]
+
+
+def batch_norm_backward_into(
+    y: torch.Tensor,
+    grad_out: torch.Tensor,
+    bn_weight: torch.Tensor | None,
+    mean: torch.Tensor,
+    invstd: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Training-mode batch norm's backward: overwrite `y` (the conv output BN normalized with
+    `mean` and `invstd`) with grad_y; return (grad_y, grad_bn_weight, grad_bn_bias).
+
+    For float32/float64 and no double backward: it overwrites `y`, and computes in `y`'s dtype
+    where aten's kernel uses float for half precisions.
+    """
+    shape = (1, -1, 1, 1)
+    per_count = 1.0 / (y.numel() // y.shape[1])  # 1 / elements per channel
+    grad_bias = torch.zeros_like(mean)
+    dot = torch.zeros_like(mean)  # per channel: sum over (n, h, w) of grad_out * (y - mean)
+    for part in batch_slices(y):  # a slice at a time, while it is in cache
+        centered, grad = y[part].sub_(mean.view(shape)), grad_out[part]
+        grad_bias += grad.sum((0, 2, 3), dtype=mean.dtype)
+        dot += (grad * centered).sum((0, 2, 3), dtype=mean.dtype)
+    grad_weight = dot * invstd
+    scale = invstd if bn_weight is None else invstd * bn_weight
+    # grad_y = scale * (grad_out - grad_bias / count - (y - mean) * invstd² * dot / count)
+    centered_scale = -per_count * scale * invstd * invstd * dot
+    shift = -per_count * scale * grad_bias
+    torch.addcmul(shift.view(shape), y, centered_scale.view(shape), out=y)
+    y.addcmul_(grad_out, scale.view(shape))
+    return y, grad_weight, grad_bias
+
+
+def conv_backward_in_slices(
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    conv: tuple,
+    need_x: bool,
+    need_w: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """aten's convolution_backward (grad_x, grad_w) over batch slices of grad_y; `conv` is
+    torch.convolution's trailing arguments."""
+    mask = [need_x, need_w, False]
+    parts = batch_slices(grad_y)
+    if len(parts) == 1:
+        gx, gw, _ = torch.ops.aten.convolution_backward(grad_y, x, weight, None, *conv, mask)
+        return gx, gw
+    grad_x = grad_w = None
+    for part in parts:
+        gx, gw, _ = torch.ops.aten.convolution_backward(
+            grad_y[part], x[part], weight, None, *conv, mask
+        )
+        if need_x:
+            if grad_x is None:
+                shape, fmt = (x.shape[0], *gx.shape[1:]), suggest_memory_format(gx)
+                grad_x = torch.empty(shape, dtype=gx.dtype, device=gx.device, memory_format=fmt)
+            grad_x[part] = gx
+        if need_w:
+            grad_w = gw if grad_w is None else grad_w + gw
+    return grad_x, grad_w
