@@ -67,15 +67,7 @@ class TBLogger:
                 purge_step=purge_step,
             )
         self._layout_written = False
-        from fitting.track.figures import preload
-
-        # One worker process draws the figures, so matplotlib's import and drawing run on
-        # another core than the training. "spawn": a fork of a process running torch's threads
-        # is unsafe, and the fresh worker never imports torch. It starts now (preload) so that
-        # matplotlib is imported by the time the first figure comes.
-        spawn = multiprocessing.get_context("spawn")
-        self._drawer = ProcessPoolExecutor(max_workers=1, mp_context=spawn)
-        self._drawer.submit(preload)
+        self._drawer = figure_drawer()
         self._figures: list[Figure] = []  # submitted, not yet logged, in submission order
 
     def __enter__(self) -> TBLogger:
@@ -94,7 +86,6 @@ class TBLogger:
         try:
             self.flush()
         finally:
-            self._drawer.shutdown(wait=True, cancel_futures=True)
             self.writer.close()
 
     def flush(self) -> None:
@@ -147,6 +138,7 @@ class TBLogger:
         try:
             return self._drawer.submit(write_png, spec, path)
         except BrokenProcessPool:
+            _forget_broken(self._drawer)
             drawn: Future[np.ndarray] = Future()
             drawn.set_result(write_png(spec, path))
             return drawn
@@ -159,6 +151,8 @@ class TBLogger:
                 pixels = figure.pixels.result()
             except BrokenProcessPool:  # the worker died (killed, out of memory): draw here
                 from fitting.track.figures import write_png
+
+                _forget_broken(self._drawer)
 
                 pixels = write_png(figure.spec, figure.path)
             self.writer.add_image(figure.tag, pixels, figure.step, dataformats="HWC")
@@ -187,6 +181,36 @@ class TBLogger:
             self.writer.file_writer.add_summary(summary)
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, step)
+
+
+_drawer: ProcessPoolExecutor | None = None  # the figure worker of this process
+
+
+def figure_drawer() -> ProcessPoolExecutor:
+    """This process's figure-drawing worker, started on first use (and after one died).
+
+    One worker process draws the figures, so matplotlib's import and drawing run on another
+    core than the training; the runs of one process (a multirun's jobs) share it rather than
+    each paying for a fresh interpreter. "spawn": a fork of a process running torch's threads
+    is unsafe, and the fresh worker never imports torch. It imports matplotlib as it starts
+    (preload), ready for the first figure. concurrent.futures stops it at exit.
+    """
+    global _drawer
+    if _drawer is None:
+        from fitting.track.figures import preload
+
+        spawn = multiprocessing.get_context("spawn")
+        _drawer = ProcessPoolExecutor(max_workers=1, mp_context=spawn)
+        _drawer.submit(preload)
+    return _drawer
+
+
+def _forget_broken(drawer: ProcessPoolExecutor) -> None:
+    """After `drawer`'s worker died: the next logger starts a fresh one."""
+    global _drawer
+    if _drawer is drawer:
+        _drawer = None
+        drawer.shutdown(wait=False, cancel_futures=True)
 
 
 def custom_scalars_layout(tags: Iterable[str]) -> dict[str, dict[str, list]]:
