@@ -7,7 +7,8 @@ allocate on top of it is what sets the op's peak:
   in place, taking its per-channel sums a batch slice at a time.
 - the conv's backward: oneDNN copies grad_y into its own layouts, a workspace that grows with
   the batch; `conv_backward_in_slices` runs it over batch slices.
-Slices hold at most SLICE_BYTES of an activation, so batches up to that size run in one call.
+Slices hold at most SLICE_BYTES of an activation; an activation that fits in one runs through
+aten's kernels in one call each, as the built-in pair does.
 """
 
 from __future__ import annotations

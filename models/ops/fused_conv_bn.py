@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from ._checks import check_impl
 from ._function import compile_safe_apply
 from ._memory_format import suggest_memory_format
-from .conv_bn_backward import batch_norm_backward_into, conv_backward_in_slices
+from .conv_bn_backward import batch_norm_backward_into, batch_slices, conv_backward_in_slices
 from .conv_bn_checks import OP, check_conv_bn, check_pair
 
 
@@ -18,9 +18,10 @@ class FusedConvBN2dFunction(torch.autograd.Function):
     Saves x, the conv weight, the BN weight and the per-channel batch mean and 1/std; the
     built-in pair also keeps the whole conv output. Forward runs the aten kernels the built-in
     pair runs (convolution, native_batch_norm), so outputs and running-stat updates match it
-    bit for bit on CPU. Backward writes batch norm's gradient into the recomputed conv output
-    and runs the conv backward over batch slices (conv_bn_backward.py), so a large batch's
-    peak stays low; its gradients match the pair's to rounding. The backward is itself
+    bit for bit on CPU, and so do gradients while the conv output fits in one slice of
+    conv_bn_backward.py. Beyond that, backward writes batch norm's gradient into the recomputed
+    conv output and runs the conv backward over batch slices, so a large batch's peak stays
+    low; its gradients then match the pair's to rounding. The backward is itself
     differentiable (then through aten's kernels).
     `conv` is torch.convolution's trailing arguments: (stride, padding, dilation, False,
     (0, 0), groups).
@@ -60,8 +61,11 @@ class FusedConvBN2dFunction(torch.autograd.Function):
         # aten's batch-norm backward reads grad_out as if in y's memory format.
         fmt = torch.contiguous_format if y.is_contiguous() else torch.channels_last
         grad_out = grad_out.contiguous(memory_format=fmt)
-        # aten's kernel for double backward (differentiable) and half precisions (float math).
-        if torch.is_grad_enabled() or y.dtype not in (torch.float32, torch.float64):
+        # aten's kernel where the in-place one would not pay or cannot serve: an output that
+        # fits in one slice (the built-in pair's exact gradients, a peak that stays small),
+        # double backward (differentiable) and the half precisions (aten computes in float).
+        in_place = len(batch_slices(y)) > 1 and y.dtype in (torch.float32, torch.float64)
+        if torch.is_grad_enabled() or not in_place:
             mask = [need_x or need_w, need_g, need_b]
             grad_y, grad_g, grad_b = torch.ops.aten.native_batch_norm_backward(
                 grad_out, y, bn_weight, None, None, save_mean, save_invstd, True, ctx.eps, mask
