@@ -7,8 +7,9 @@ allocate on top of it is what sets the op's peak:
   in place, taking its per-channel sums a batch slice at a time.
 - the conv's backward: oneDNN copies grad_y into its own layouts, a workspace that grows with
   the batch; `conv_backward_in_slices` runs it over batch slices.
-Slices hold at most SLICE_BYTES of an activation; an activation that fits in one runs through
-aten's kernels in one call each, as the built-in pair does.
+An activation of at most ONE_CALL_BYTES runs through aten's kernels in one call each, as the
+built-in pair does (its gradients exactly, and there faster with a heap allocator); a larger one
+in slices of at most SLICE_BYTES (below the default allocator's mmap threshold).
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ import torch
 
 from ._memory_format import suggest_memory_format
 
+ONE_CALL_BYTES = 8 << 20
 SLICE_BYTES = 2 << 20
 
 
 def batch_slices(t: torch.Tensor) -> list[slice]:
-    """Slices of `t`'s batch dim, each holding at most SLICE_BYTES of `t` (at least one row)."""
+    """Slices of `t`'s batch dim: all of it if `t` holds at most ONE_CALL_BYTES, else slices of
+    at most SLICE_BYTES of `t` each (at least one row)."""
     n = t.shape[0]
-    sample_bytes = t[0].numel() * t.element_size() if n else 0
+    if t.numel() * t.element_size() <= ONE_CALL_BYTES:
+        return [slice(0, n)]
+    sample_bytes = t[0].numel() * t.element_size()
     rows = max(1, SLICE_BYTES // max(sample_bytes, 1))
-    return [slice(start, start + rows) for start in range(0, n, rows)] or [slice(0, 0)]
+    return [slice(start, start + rows) for start in range(0, n, rows)]
 
 
 def batch_norm_backward_into(

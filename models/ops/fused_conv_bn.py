@@ -18,8 +18,8 @@ class FusedConvBN2dFunction(torch.autograd.Function):
     Saves x, the conv weight, the BN weight and the per-channel batch mean and 1/std; the
     built-in pair also keeps the whole conv output. Forward runs the aten kernels the built-in
     pair runs (convolution, native_batch_norm), so outputs and running-stat updates match it
-    bit for bit on CPU, and so do gradients while the conv output fits in one slice of
-    conv_bn_backward.py. Beyond that, backward writes batch norm's gradient into the recomputed
+    bit for bit on CPU, and so do gradients while the conv output is at most ONE_CALL_BYTES
+    (conv_bn_backward.py). Beyond that, backward writes batch norm's gradient into the recomputed
     conv output and runs the conv backward over batch slices, so a large batch's peak stays
     low; its gradients then match the pair's to rounding. The backward is itself
     differentiable (then through aten's kernels).
@@ -61,8 +61,8 @@ class FusedConvBN2dFunction(torch.autograd.Function):
         # aten's batch-norm backward reads grad_out as if in y's memory format.
         fmt = torch.contiguous_format if y.is_contiguous() else torch.channels_last
         grad_out = grad_out.contiguous(memory_format=fmt)
-        # aten's kernel where the in-place one would not pay or cannot serve: an output that
-        # fits in one slice (the built-in pair's exact gradients, a peak that stays small),
+        # aten's kernel where the in-place one would not pay or cannot serve: an output of at
+        # most ONE_CALL_BYTES (the built-in pair's exact gradients, a peak that stays small),
         # double backward (differentiable) and the half precisions (aten computes in float).
         in_place = len(batch_slices(y)) > 1 and y.dtype in (torch.float32, torch.float64)
         if torch.is_grad_enabled() or not in_place:
