@@ -43,8 +43,8 @@ def batch_norm_backward_into(
     """Training-mode batch norm's backward: overwrite `y` (the conv output BN normalized with
     `mean` and `invstd`) with grad_y; return (grad_y, grad_bn_weight, grad_bn_bias).
 
-    For float32/float64 and no double backward: it overwrites `y`, and computes in `y`'s dtype
-    where aten's kernel uses float for half precisions.
+    Only for float32/float64 outside double backward: overwriting `y` is not differentiable,
+    and it computes in `y`'s dtype where aten's kernel computes half precisions in float.
     """
     shape = (1, -1, 1, 1)
     per_count = 1.0 / (y.numel() // y.shape[1])  # 1 / elements per channel
