@@ -50,18 +50,32 @@ def test_step_peak_counts_above_what_was_live_before(device):
     del kept
 
 
-def test_custom_cnn_step_peaks_below_the_builtin(one_thread):
-    """The fused conv-BN's recompute shows in the step's tensor peak (not only saved bytes)."""
+def cnn_step_peaks(batch: int) -> dict[str, int]:
+    """impl -> the tensor peak of one cnn training step at `batch` (after adam's first step)."""
     peaks = {}
     for impl in ("custom", "builtin"):
-        step = training_step(impl, batch=128)
+        step = training_step(impl, batch=batch)
         step()  # adam's state
         with step_peak("cpu") as peak:
             step()
         peaks[impl] = peak.bytes
+    return peaks
+
+
+def test_custom_cnn_step_peaks_below_the_builtin(one_thread):
+    """The fused conv-BN's recompute shows in the step's tensor peak (not only saved bytes)."""
+    peaks = cnn_step_peaks(batch=128)
     # Layer 1's activations alone are 4 MiB at batch 128.
     assert peaks["builtin"] > 12 * MIB
     assert peaks["custom"] / peaks["builtin"] < 0.9
+
+
+def test_cnn_step_peak_at_batch_1024_is_at_most_0_8_of_the_builtin(one_thread):
+    """The target as a user meets it: a whole training step of the cnn at batch 1024, where the
+    fused op's backward runs in slices (models/ops/conv_bn_backward.py)."""
+    peaks = cnn_step_peaks(batch=1024)
+    assert peaks["builtin"] > 100 * MIB
+    assert peaks["custom"] / peaks["builtin"] <= 0.8
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmRSS/VmHWM: Linux's /proc")
