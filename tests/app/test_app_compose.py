@@ -16,6 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.train import loop
 from fitting.train.run import run
+from tests.helpers.tutorial import tutorial_fit
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -88,7 +89,7 @@ def test_hparams_are_in_the_run_itself(tmp_path):
     ).session_start_info
     hp = {k: v.string_value or v.number_value for k, v in start.hparams.items()}
     assert hp == {
-        "task": "poly3", "impl": "builtin", "optimizer": "sgd", "lr": pytest.approx(1e-6),
+        "task": "poly3", "impl": "builtin", "optimizer": "gd", "lr": pytest.approx(1e-6),
         "steps": 3, "seed": 7, "device": "cpu", "dtype": "float32",
         "ops.legendre_p3": "builtin",  # the task's ops, each as chosen (here by impl)
     }
@@ -99,7 +100,7 @@ def test_hparams_are_in_the_run_itself(tmp_path):
 def test_task_defaults_and_command_line_precedence():
     cfg = make_cfg()
     assert (cfg.task.name, cfg.optimizer.name, cfg.optimizer.lr, cfg.steps) == (
-        "poly3", "sgd", 5e-6, 2000)
+        "poly3", "gd", 5e-6, 2000)
     assert (cfg.impl.value, cfg.dtype.value, cfg.device.value) == ("custom", "float32", "auto")
     mlp = make_cfg("task=mlp")
     assert (mlp.optimizer.name, mlp.optimizer.lr, mlp.steps) == ("adam", 0.01, 2000)
@@ -136,7 +137,7 @@ def test_each_task_optimizer_pair_has_its_own_lr(overrides, lr):
         ("optimizer.lr=abc", "could not be converted to Float"),
         ("steps=1.5", "could not be converted to Integer"),
         ("foo=1", "Key 'foo' not in 'Config'"),
-        ("optimizer.foo=1", "Key 'foo' not in 'SGDConfig'"),
+        ("optimizer.foo=1", "Key 'foo' not in 'GDConfig'"),
         ("task.target=sin", "Key 'target' not in 'Poly3Config'"),
         ("impl=fast", "Invalid value 'fast', expected one of [custom, builtin]"),
         ("dtype=float16", "expected one of [float32, float64]"),
@@ -224,6 +225,10 @@ def test_poly3_reproduces_the_tutorial(default_runs, impl):
     assert final["d"] == pytest.approx(0.25549, abs=5e-6)
     assert abs(final["a"]) < 1e-6 and abs(final["c"]) < 1e-6  # sin is odd
     assert len(acc.Scalars("params/b")) == 2000  # every step
+    # optimizer=gd rounds as the tutorial's hand-written update: the same numbers exactly.
+    tutorial = tutorial_fit(2000, impl)
+    assert final == {name: tutorial[name] for name in "abcd"}
+    assert loss == tutorial["loss"]
 
 
 def test_poly3_prints_the_formula(tmp_path, caplog):

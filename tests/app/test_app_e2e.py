@@ -114,7 +114,7 @@ def test_help_and_cfg_job():
     out = train("--help").stdout
     assert "curve-fitting lab" in out
     assert "task: cnn, mlp, poly3" in out
-    assert "optimizer: adam, lbfgs, lm, newton, sgd" in out
+    assert "optimizer: adam, gd, lbfgs, lm, newton, sgd" in out
     assert "schema" not in out  # the schemas are not options
     assert "impl: custom" in out
     job = train("task=mlp", "steps=5", "--cfg", "job").stdout

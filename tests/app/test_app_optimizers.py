@@ -151,7 +151,7 @@ def test_steps_budget_and_stop_rule(fit):
     # python train.py optimizer=lm: the task's 2000 steps are the budget, the stop rule ends it.
     cfg = make_cfg("optimizer=lm")
     assert (cfg.steps, cfg.optimizer.stop.patience, cfg.optimizer.stop.rtol) == (2000, 3, None)
-    assert make_cfg().optimizer.stop.patience == 0  # sgd runs all its steps (the tutorial)
+    assert make_cfg().optimizer.stop.patience == 0  # gd runs all its steps (the tutorial)
     assert make_cfg("task=mlp").optimizer.stop.patience == 0  # adam too
     # An explicit steps= is the budget: fewer steps than convergence needs are all run.
     _, acc = fit("optimizer=lm", "steps=4")

@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.optim import OPTIMIZERS
+from fitting.optim.gradient_descent import GradientDescent
 from fitting.optim.levenberg_marquardt import LevenbergMarquardt
 from fitting.optim.newton import Newton
 from fitting.optim.spec import StepStats, StopConfig
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 BUILT = {
+    "gd": GradientDescent,
     "sgd": torch.optim.SGD,
     "adam": torch.optim.Adam,
     "lbfgs": torch.optim.LBFGS,
@@ -64,7 +66,8 @@ def test_the_spec_builds_its_optimizer(name):
 @pytest.mark.parametrize(
     ("overrides", "line"),
     [
-        ((), "sgd lr=5e-06"),
+        ((), "gd lr=5e-06"),
+        (("optimizer=sgd",), "sgd lr=5e-06"),
         (("optimizer=adam",), "adam lr=0.003"),
         (("optimizer=lbfgs",), "lbfgs (strong-Wolfe line search, max_eval=25)"),
         (("optimizer=newton",), "newton damping=0 max_params=1000"),

@@ -99,7 +99,8 @@ def test_atomic_write_keeps_the_old_checkpoint_when_interrupted(tmp_path, monkey
 @pytest.mark.parametrize(
     ("task", "optimizer"),
     [
-        ("poly3", ["optimizer.momentum=0.9", "optimizer.lr=1e-6"]),  # SGD + momentum
+        ("poly3", ["optimizer=sgd", "optimizer.momentum=0.9", "optimizer.lr=1e-6"]),  # + momentum
+        ("poly3", []),  # gd, the tutorial's
         ("poly3", ["optimizer=adam"]),
         ("poly3", ["optimizer=lbfgs", "optimizer.stop.patience=0"]),
         ("poly3", ["optimizer=newton", "optimizer.stop.patience=0", "dtype=float64"]),

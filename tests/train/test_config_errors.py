@@ -119,7 +119,7 @@ def make_cfg(*overrides: str):
 
 
 @pytest.mark.parametrize("task", ["poly3", "mlp", "cnn"])
-@pytest.mark.parametrize("optimizer", ["sgd", "adam", "lbfgs", "newton", "lm"])
+@pytest.mark.parametrize("optimizer", ["gd", "sgd", "adam", "lbfgs", "newton", "lm"])
 def test_the_defaults_are_valid(task, optimizer):
     validate(make_cfg(f"task={task}", f"optimizer={optimizer}"))
 
@@ -129,8 +129,9 @@ def test_the_defaults_are_valid(task, optimizer):
     [
         (["optimizer.lr=nan"], "optimizer.lr must be > 0 (and finite), got nan"),
         (["optimizer.lr=inf"], "optimizer.lr must be > 0 (and finite), got inf"),
-        (["optimizer.momentum=-0.5"], "optimizer.momentum must be >= 0, got -0.5"),
-        (["optimizer.nesterov=true"], "optimizer.nesterov=true needs optimizer.momentum > 0"),
+        (["optimizer=sgd", "optimizer.momentum=-0.5"], "optimizer.momentum must be >= 0, got -0.5"),
+        (["optimizer=sgd", "optimizer.nesterov=true"],
+         "optimizer.nesterov=true needs optimizer.momentum > 0"),
         (["optimizer=adam", "optimizer.betas=[0.9,1.0]"], "optimizer.betas must be two numbers in [0, 1)"),
         (["optimizer=lbfgs", "optimizer.history_size=0"], "optimizer.history_size must be >= 1"),
         (["optimizer=newton", "optimizer.factor=1"], "optimizer.factor must be > 1, got 1.0"),
@@ -141,7 +142,7 @@ def test_the_defaults_are_valid(task, optimizer):
          "learning rate, got 0.1"),
         (["optimizer=lm", "optimizer.lr=1e-3"], "optimizer.lr must not be set for optimizer=lm"),
         (["optimizer.name=fast"],
-         "optimizer.name must be one of sgd, adam, lbfgs, newton, lm, got 'fast'"),
+         "optimizer.name must be one of gd, sgd, adam, lbfgs, newton, lm, got 'fast'"),
         (["seed=-9223372036854775809"], "seed must be an integer in [-2**63, 2**64)"),
         (["threads=-1"], "threads must be >= 0"),
         (["task.x_min=1", "task.x_max=0"], "task.x_min < task.x_max, got x_min=1.0, x_max=0.0"),
@@ -169,7 +170,7 @@ def test_validate_answers_without_importing_torch():
         "from fitting.train.validate import ConfigError, validate\n"
         f"with initialize_config_dir(config_dir={str(REPO / 'conf')!r}, version_base='1.3'):\n"
         "    for task in ('poly3', 'mlp', 'cnn'):\n"
-        "        for opt in ('sgd', 'adam', 'lbfgs', 'newton', 'lm'):\n"
+        "        for opt in ('gd', 'sgd', 'adam', 'lbfgs', 'newton', 'lm'):\n"
         "            validate(compose('config', overrides=[f'task={task}', f'optimizer={opt}']))\n"
         "    try:\n"
         "        validate(compose('config', overrides=['steps=0']))\n"

@@ -60,7 +60,7 @@ def test_compare_tasks_sweeps_every_task_and_impl():
     assert list(cfg.hydra.job.config.override_dirname.exclude_keys) == ["experiment"]
     # Each job composes with its task's own optimizer.
     optimizers = {job[0]: hydra_cfg(*job).optimizer.name for job in jobs[::2]}
-    assert optimizers == {"task=poly3": "sgd", "task=mlp": "adam", "task=cnn": "adam"}
+    assert optimizers == {"task=poly3": "gd", "task=mlp": "adam", "task=cnn": "adam"}
 
 
 def test_joblib_launcher_composes_with_one_job_per_core_by_default():

@@ -1,4 +1,4 @@
-"""optimizer=sgd: torch.optim.SGD; momentum=0 is the tutorial's plain p -= lr * p.grad."""
+"""optimizer=sgd: torch.optim.SGD (momentum=0: the tutorial's update up to rounding, see gd)."""
 
 from __future__ import annotations
 
