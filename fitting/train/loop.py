@@ -93,6 +93,10 @@ class _Loop:
 
     def __init__(self, parts: Parts, cfg: Config, state: LoopState | None) -> None:
         self.parts, self.cfg = parts, cfg
+        # Read once: each DictConfig lookup costs microseconds, and poly3 logs all its steps.
+        self.steps, log_cfg = cfg.steps, cfg.log
+        self.every, self.figure_every, self.hist_every = (
+            log_cfg.every, log_cfg.figure_every, log_cfg.hist_every)
         self.task, self.optimizer, self.spec = parts.task, parts.optimizer, parts.spec
         self.forward = parts.task.model if parts.forward is None else parts.forward
         self.named = list(self.task.model.named_parameters())
@@ -112,16 +116,16 @@ class _Loop:
 
     def run(self) -> FitResult:
         """The steps from `state.step` on, then the end of the run (or its early stop)."""
-        if self.st.step >= self.cfg.steps:
+        if self.st.step >= self.steps:
             raise ValueError(
-                f"fit: nothing to do, {self.st.step} of steps={self.cfg.steps} already done"
+                f"fit: nothing to do, {self.st.step} of steps={self.steps} already done"
             )
         converged, nonfinite = False, None
         self.task.model.train()
         with ExitStack() as stack:
-            bar = stack.enter_context(progress_bar(self.cfg.steps, self.st.step))
+            bar = stack.enter_context(progress_bar(self.steps, self.st.step))
             signals = stack.enter_context(StopSignals())
-            for step in range(self.st.step, self.cfg.steps):
+            for step in range(self.st.step, self.steps):
                 try:
                     converged = self._step(step, bar)
                 except NonFiniteStep as err:
@@ -130,24 +134,24 @@ class _Loop:
                 if converged or signals.received:
                     break
                 ckpt = self.parts.ckpt
-                if ckpt is not None and ckpt.due(self.st.step) and self.st.step < self.cfg.steps:
+                if ckpt is not None and ckpt.due(self.st.step) and self.st.step < self.steps:
                     self._save("running")
         if nonfinite is not None:
             self._diverged(nonfinite)
-        if signals.received and not converged and self.st.step < self.cfg.steps:
+        if signals.received and not converged and self.st.step < self.steps:
             self._save("interrupted")
-            raise Interrupted(signals.received, self.st.step, self.cfg.steps,
+            raise Interrupted(signals.received, self.st.step, self.steps,
                               str(self.parts.out_dir))
         self._save("converged" if converged else "completed")
         return self._result(converged)
 
     def _step(self, step: int, bar: Any) -> bool:
         """One optimizer step and its logging; True when the steps so far have converged."""
-        task, log_cfg, st = self.task, self.cfg.log, self.st
+        task, st = self.task, self.st
         self.batch = task.batch(step)
         self.spec.prepare_batch(self.optimizer, task, self.batch)
-        logging_step = step % log_cfg.every == 0 or step == self.cfg.steps - 1
-        if step > 0 and log_cfg.figure_every and step % log_cfg.figure_every == 0:
+        logging_step = step % self.every == 0 or step == self.steps - 1
+        if step > 0 and self.figure_every and step % self.figure_every == 0:
             st.figures.append(str(self._figure(step)))
         if self.val_every and step % self.val_every == 0:
             st.val_loss = task.validate(task.model)
@@ -176,13 +180,13 @@ class _Loop:
             self.parts.tb.scalars(step, values)
             if bar is not None:
                 bar.set_postfix_str(f"loss={loss_value:.5g}", refresh=False)
-        if log_cfg.hist_every and step % log_cfg.hist_every == 0:
+        if self.hist_every and step % self.hist_every == 0:
             self.parts.tb.histograms(step, self.named)
         if bar is not None:
             bar.update()
         self.parts.after_step()
         if (step + 1) % self.console_every == 0 or converged:
-            log.info("step %d/%d  loss %.6g", step + 1, self.cfg.steps, loss_value)
+            log.info("step %d/%d  loss %.6g", step + 1, self.steps, loss_value)
         return converged
 
     def _step_scalars(
