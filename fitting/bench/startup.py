@@ -3,12 +3,13 @@
     python -m fitting.bench.startup [--runs 5]
 
 Runs, interleaved and `--runs` times each (the median is reported):
-- app: `python train.py` with the default config (the run dir goes to a temporary directory);
-- bare-optim: a script that imports torch and runs the same 2000-step loop as the app:
-  the custom P3 op, torch.optim.SGD(lr=5e-6) stepped with a closure, nothing logged;
-- bare-manual: the tutorial's loop, `p -= lr * p.grad` by hand (no torch.optim, which
-  imports torch._dynamo on first use, ~1 s).
-The target is app <= 1.6x the bare scripts; bare-manual, the faster, is the one that counts.
+- app: `python train.py` with the default config (the run dir goes to a temporary directory):
+  poly3 with optimizer=gd, logging every 10th step to TensorBoard, figures at steps 1000
+  and 2000;
+- bare-manual: the tutorial's loop, `p -= lr * p.grad` by hand, nothing logged: the
+  reference of the target, app <= 1.6x;
+- bare-optim: the same loop stepped by torch.optim.SGD with a closure, for comparison: the
+  first torch.optim optimizer imports torch._dynamo, seconds of CPU.
 The app's CPU time includes its figure-drawing worker process (see fitting/track/tb_logging.py),
 which runs on the second core.
 """

@@ -193,14 +193,14 @@ def test_events_after_the_checkpoint_are_dropped_on_resume(tmp_path, monkeypatch
     with monkeypatch.context() as patch:
         patch.setattr(Poly3Task, "batch", crash_at_step_8)
         with pytest.raises(RuntimeError, match="killed"):
-            run(make_cfg("steps=12", "ckpt.every=5", *QUIET), tmp_path / "crashed")
+            run(make_cfg("steps=12", "ckpt.every=5", "log.every=1", *QUIET), tmp_path / "crashed")
     assert load(tmp_path / "crashed")["step"] == 5
     acc = EventAccumulator(str(tmp_path / "crashed"), size_guidance={"scalars": 0}).Reload()
     assert [e.step for e in acc.Scalars("loss/train")] == list(range(8))
 
-    run(make_cfg("steps=12", "ckpt.every=5", *QUIET, f"resume={tmp_path / 'crashed'}"),
+    run(make_cfg("steps=12", "ckpt.every=5", "log.every=1", *QUIET, f"resume={tmp_path / 'crashed'}"),
         tmp_path / "crashed")
-    run(make_cfg("steps=12", "ckpt.every=5", *QUIET), tmp_path / "whole")
+    run(make_cfg("steps=12", "ckpt.every=5", "log.every=1", *QUIET), tmp_path / "whole")
     for tag in ("loss/train", "params/b"):
         got = EventAccumulator(str(tmp_path / "crashed"), size_guidance={"scalars": 0})
         want = EventAccumulator(str(tmp_path / "whole"), size_guidance={"scalars": 0})
@@ -210,7 +210,7 @@ def test_events_after_the_checkpoint_are_dropped_on_resume(tmp_path, monkeypatch
 
 
 def test_logging_settings_may_change_on_resume(tmp_path):
-    run(make_cfg("steps=4", *QUIET), tmp_path)
+    run(make_cfg("steps=4", "log.every=1", *QUIET), tmp_path)
     run(make_cfg("steps=8", "log.every=2", "ckpt.every=0", "threads=2", *QUIET,
                  f"resume={tmp_path}"), tmp_path)
     assert sorted(losses(tmp_path)) == [0, 1, 2, 3, 4, 6, 7]

@@ -23,7 +23,7 @@ from fitting.train.signals import DIVERGED_EXIT, Diverged, NonFiniteStep
 from fitting.train.validate import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-QUIET = ["log.figure_every=0", "log.hist_every=0"]
+QUIET = ["log.figure_every=0", "log.hist_every=0", "log.every=1"]
 
 
 def make_cfg(*overrides: str):
@@ -43,7 +43,8 @@ def test_lr_1_stops_at_the_first_non_finite_loss(tmp_path):
     """optimizer.lr=1 on poly3 overflows the loss (float32) at step 2."""
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "optimizer.lr=1", f"hydra.run.dir={tmp_path}"],
+        [sys.executable, str(REPO / "train.py"), "optimizer.lr=1", "log.every=1",
+         f"hydra.run.dir={tmp_path}"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == DIVERGED_EXIT == 3
