@@ -27,39 +27,33 @@ from models.poly3 import Poly3
 
 REL_GAP = 1e-6
 START = (0.0, -1.0, 0.0, 0.3)
-# name -> (iterations, label); sgd is the tutorial's, adam's lr is the best of 1e-3..1e-1.
-PLAN = {
-    "sgd": (2000, "sgd lr=5e-6"),
-    "adam": (2000, "adam lr=3e-3"),
-    "lbfgs": (50, "lbfgs strong-Wolfe"),
-    "newton": (50, "newton"),
-    "lm": (50, "lm"),
-}
-
-
 def _residuals(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     x, y = batch
     return model(x) - y
 
 
-def make_optimizer(name: str, model: nn.Module, batch) -> torch.optim.Optimizer:
-    """The optimizer `name` on `model` as the benchmark configures it."""
-    params = model.parameters()
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=5e-6)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=3e-3)
-    if name == "lbfgs":
-        return torch.optim.LBFGS(
-            params,
-            max_iter=1,
-            max_eval=25,
-            tolerance_grad=0.0,
-            tolerance_change=0.0,
-            line_search_fn="strong_wolfe",
-        )
-    cls = {"newton": Newton, "lm": LevenbergMarquardt}[name]
-    return cls(params, residual_fn_from_model(model, _residuals, batch), reduction="sum")
+def _second_order(cls: type) -> Callable[[nn.Module, tuple], torch.optim.Optimizer]:
+    """A builder of `cls` (Newton or LevenbergMarquardt) on the model's sum of squares."""
+
+    def build(model: nn.Module, batch: tuple) -> torch.optim.Optimizer:
+        fn = residual_fn_from_model(model, _residuals, batch)
+        return cls(model.parameters(), fn, reduction="sum")
+
+    return build
+
+
+# name -> (iterations, label, builder(model, batch)); sgd is torch.optim.SGD at the tutorial's
+# lr, adam's lr is the best of 1e-3..1e-1.
+PLAN: dict[str, tuple[int, str, Callable[[nn.Module, tuple], torch.optim.Optimizer]]] = {
+    "sgd": (2000, "sgd lr=5e-6", lambda model, _: torch.optim.SGD(model.parameters(), lr=5e-6)),
+    "adam": (2000, "adam lr=3e-3",
+             lambda model, _: torch.optim.Adam(model.parameters(), lr=3e-3)),
+    "lbfgs": (50, "lbfgs strong-Wolfe", lambda model, _: torch.optim.LBFGS(
+        model.parameters(), max_iter=1, max_eval=25, tolerance_grad=0.0,
+        tolerance_change=0.0, line_search_fn="strong_wolfe")),
+    "newton": (50, "newton", _second_order(Newton)),
+    "lm": (50, "lm", _second_order(LevenbergMarquardt)),
+}
 
 
 @dataclass
@@ -79,10 +73,10 @@ class Run:
 
 def run(name: str, impl: str, dtype: torch.dtype, optimum: float) -> Run:
     """Fit once; the loss after each step is the next step's returned (pre-step) loss."""
-    iterations, label = PLAN[name]
+    iterations, label, build = PLAN[name]
     batch = poly3_data(dtype)
     model = Poly3(*START, impl=impl, dtype=dtype)
-    optimizer = make_optimizer(name, model, batch)
+    optimizer = build(model, batch)
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
