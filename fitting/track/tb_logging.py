@@ -132,16 +132,16 @@ class TBLogger:
         self._log_figures(wait=False)
 
     def _submit(self, spec: FigureSpec, path: Path) -> Future[np.ndarray]:
-        """`spec` sent to the drawing process; drawn here if that process has died."""
+        """`spec` sent to the drawing process (a failed future if that process has died:
+        _log_figures then draws it here)."""
         from fitting.track.figures import write_png
 
         try:
             return self._drawer.submit(write_png, spec, path)
-        except BrokenProcessPool:
-            _forget_broken(self._drawer)
-            drawn: Future[np.ndarray] = Future()
-            drawn.set_result(write_png(spec, path))
-            return drawn
+        except BrokenProcessPool as err:
+            failed: Future[np.ndarray] = Future()
+            failed.set_exception(err)
+            return failed
 
     def _log_figures(self, wait: bool) -> None:
         """Log the figures drawn so far, in order (`wait`: all of them, waiting for them)."""
@@ -153,7 +153,6 @@ class TBLogger:
                 from fitting.track.figures import write_png
 
                 _forget_broken(self._drawer)
-
                 pixels = write_png(figure.spec, figure.path)
             self.writer.add_image(figure.tag, pixels, figure.step, dataformats="HWC")
 

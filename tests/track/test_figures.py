@@ -1,6 +1,7 @@
 """Figures: drawn in TBLogger's drawing process to the same PNG as drawn directly, logged to
 TensorBoard with those pixels; a drawing error raised in the run with its message; a dead
-drawing process replaced by drawing in the run's process."""
+drawing process replaced by drawing in the run's process, and by a fresh worker for the next
+logger."""
 
 import io
 
@@ -70,6 +71,13 @@ def test_drawing_process_killed_mid_run_falls_back_to_drawing_here(tmp_path):
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "c.png").read_bytes()
     assert (tmp_path / "b.png").read_bytes() == (tmp_path / "c.png").read_bytes()
     assert sorted(_images(tmp_path / "run")) == [0, 1, 2]
+    # The next logger of the process gets a fresh worker, which draws again.
+    with TBLogger(tmp_path / "next") as fresh:
+        assert fresh._drawer is not tb._drawer
+        fresh.figure("fit", _spec(), 0, tmp_path / "d.png")
+        fresh.flush()
+        assert fresh._drawer.submit(abs, -1).result() == 1
+    assert (tmp_path / "d.png").read_bytes() == (tmp_path / "a.png").read_bytes()
 
 
 def test_drawing_process_never_imports_torch(tmp_path):
