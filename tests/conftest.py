@@ -1,7 +1,11 @@
 """Shared fixtures: every device-agnostic test runs on CPU and, when present, on CUDA."""
 
+from collections.abc import Callable
+
 import pytest
 import torch
+
+from tests.helpers.train_cli import Finished, run_train
 
 DEVICES = [
     "cpu",
@@ -25,3 +29,10 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def train_cli(capfd, monkeypatch) -> Callable[..., Finished]:
+    """`train_cli(*args)`: `python train.py *args` run in this test's process (see
+    tests/helpers/train_cli.py), its exit status, stdout and stderr."""
+    return lambda *args: run_train(list(args), capfd, monkeypatch)

@@ -20,6 +20,7 @@ import pytest
 
 from fitting.train.checkpoint import load
 from fitting.train.signals import WRITE_FAILED_EXIT
+from tests.helpers.train_cli import Finished
 
 REPO = Path(__file__).resolve().parents[2]
 FULL_DISK_HELPER = REPO / "tests" / "helpers" / "full_disk"  # its sitecustomize.py
@@ -76,15 +77,15 @@ def one_line(proc: subprocess.CompletedProcess | tuple[str, str]) -> str:
     return err.strip()
 
 
-def resume(command: str, steps: int, run_env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run the printed `python train.py resume=...` command with `steps=`."""
+def resume(command: str, steps: int, train_cli: Callable[..., Finished]) -> Finished:
+    """Run the printed `python train.py resume=...` command with `steps=` (the disk has room
+    again: in this process)."""
     python, script, *args = shlex.split(command)
     assert (python, script) == ("python", "train.py")
-    return subprocess.run([sys.executable, script, *args, f"steps={steps}"], cwd=REPO,
-                          env=run_env, capture_output=True, text=True, timeout=300)
+    return train_cli(*args, f"steps={steps}")
 
 
-def test_a_full_disk_is_one_line_and_the_run_continues_once_freed(full_disk):
+def test_a_full_disk_is_one_line_and_the_run_continues_once_freed(full_disk, train_cli):
     run_dir = full_disk.dir / "run"
     proc = subprocess.run(
         [sys.executable, "train.py", *LONG_RUN, f"hydra.run.dir={run_dir}"],
@@ -105,7 +106,7 @@ def test_a_full_disk_is_one_line_and_the_run_continues_once_freed(full_disk):
     assert not (run_dir / "checkpoint.pt.tmp").exists()
 
     full_disk.free()
-    resumed = resume(match[2], step + 100, full_disk.env)
+    resumed = resume(match[2], step + 100, train_cli)
     assert resumed.returncode == 0, resumed.stderr
     assert load(run_dir)["step"] == step + 100
 
@@ -171,7 +172,7 @@ def test_a_run_dir_gone_mid_run_is_one_line(act, errors, reason, tmp_path):
     assert error in errors and f"({explained}" == reason.format(dir=run_dir), line
 
 
-def test_a_read_only_run_dir_is_one_line_and_the_run_continues_once_writable(tmp_path):
+def test_a_read_only_run_dir_is_one_line_and_the_run_continues_once_writable(tmp_path, train_cli):
     """Read-only as root (who ignores permissions): a read-only bind mount of the run dir;
     otherwise chmod."""
     run_dir = tmp_path / "run"
@@ -204,6 +205,6 @@ def test_a_read_only_run_dir_is_one_line_and_the_run_continues_once_writable(tmp
     step = int(match[1])
     assert load(run_dir)["step"] == step > 0
 
-    resumed = resume(match[2], step + 100, env())
+    resumed = resume(match[2], step + 100, train_cli)
     assert resumed.returncode == 0, resumed.stderr
     assert load(run_dir)["step"] == step + 100

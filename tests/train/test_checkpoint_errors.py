@@ -18,6 +18,7 @@ import torch
 
 from fitting.train.checkpoint import FORMAT, load
 from fitting.train.checkpoint_errors import CheckpointError
+from tests.helpers.train_cli import run_train
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDES = ["steps=5", "log.figure_every=0", "log.hist_every=0"]
@@ -93,7 +94,7 @@ CASES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-def test_resume_from_a_bad_checkpoint_is_one_line(case, good_run, tmp_path):
+def test_resume_from_a_bad_checkpoint_is_one_line(case, good_run, tmp_path, capfd, monkeypatch):
     corrupt, what = CASES[case]
     run_dir = tmp_path / "run"
     shutil.copytree(good_run, run_dir)
@@ -101,8 +102,7 @@ def test_resume_from_a_bad_checkpoint_is_one_line(case, good_run, tmp_path):
     corrupt(ckpt)
     before = ckpt.read_bytes()
 
-    proc = subprocess.run([sys.executable, "train.py", f"resume={run_dir}", "steps=10"],
-                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    proc = run_train([f"resume={run_dir}", "steps=10"], capfd, monkeypatch)
 
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr

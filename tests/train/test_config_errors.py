@@ -3,7 +3,6 @@ naming key, value and what is allowed, no traceback; a bug still shows its trace
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,14 +15,6 @@ import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.train.validate import ConfigError, validate
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN = str(REPO / "train.py")
-
-
-def train(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """`python train.py *args` in a subprocess, HYDRA_FULL_ERROR unset."""
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
 
 
 # Hydra's own composition errors: its message, exit status 1.
@@ -60,8 +51,8 @@ VALUE_ERRORS = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("overrides", "message"), HYDRA_ERRORS + VALUE_ERRORS)
-def test_bad_override_exits_with_one_clear_message(overrides, message, tmp_path):
-    proc = train(TRAIN, *overrides, f"hydra.run.dir={tmp_path}")
+def test_bad_override_exits_with_one_clear_message(overrides, message, tmp_path, train_cli):
+    proc = train_cli(*overrides, f"hydra.run.dir={tmp_path}")
     assert proc.returncode == (2 if (overrides, message) in VALUE_ERRORS else 1)
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
@@ -74,8 +65,8 @@ def test_bad_override_exits_with_one_clear_message(overrides, message, tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")
-def test_cuda_without_cuda(tmp_path):
-    proc = train(TRAIN, "device=cuda", f"hydra.run.dir={tmp_path}")
+def test_cuda_without_cuda(tmp_path, train_cli):
+    proc = train_cli("device=cuda", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2
     assert proc.stderr == (
         "config error: device=cuda but CUDA is not available; use device=auto or device=cpu\n"
@@ -83,8 +74,8 @@ def test_cuda_without_cuda(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_bad_job_of_a_sweep_fails_alone(tmp_path):
-    proc = train(TRAIN, "-m", "steps=0,3", "log.figure_every=0", f"hydra.sweep.dir={tmp_path}")
+def test_a_bad_job_of_a_sweep_fails_alone(tmp_path, train_cli):
+    proc = train_cli("-m", "steps=0,3", "log.figure_every=0", f"hydra.sweep.dir={tmp_path}")
     assert proc.returncode == 1
     assert "Error executing job with overrides: ['steps=0', 'log.figure_every=0']" in proc.stderr
     assert "config error: steps must be >= 1, got 0" in proc.stderr
@@ -95,16 +86,12 @@ def test_a_bad_job_of_a_sweep_fails_alone(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_bug_still_shows_its_traceback(tmp_path):
-    code = (
-        "import sys, runpy, fitting.train.run\n"
-        "def broken(cfg, out):\n"
-        "    raise KeyError('a bug')\n"
-        "fitting.train.run.run = broken\n"
-        f"sys.argv = ['train.py', 'hydra.run.dir={tmp_path}']\n"
-        f"runpy.run_path({TRAIN!r}, run_name='__main__')\n"
-    )
-    proc = train("-c", code)
+def test_a_bug_still_shows_its_traceback(tmp_path, train_cli, monkeypatch):
+    def broken(cfg, out):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("fitting.train.run.run", broken)
+    proc = train_cli(f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr and "KeyError: 'a bug'" in proc.stderr
 
@@ -178,7 +165,8 @@ def test_validate_answers_without_importing_torch():
         "        print(err)\n"
         "print('torch' in sys.modules)\n"
     )
-    proc = train("-c", code)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "steps must be >= 1, got 0\nFalse\n"
 
