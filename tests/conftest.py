@@ -1,4 +1,5 @@
-"""Shared fixtures: every device-agnostic test runs on CPU and, when present, on CUDA."""
+"""Shared fixtures: `device` (every device-agnostic test runs on CPU and, when present, on CUDA),
+`one_thread`, and `train_cli` (`python train.py` in the test process)."""
 
 from collections.abc import Callable
 

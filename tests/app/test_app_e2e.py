@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import subprocess
 import sys
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.helpers.train_cli import user_env
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "train.py")
@@ -20,9 +21,8 @@ pytestmark = pytest.mark.slow
 
 def train(*args: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
     """Run `python train.py *args` (stdout not a TTY, so no progress bar)."""
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     proc = subprocess.run(
-        [sys.executable, TRAIN, *args], cwd=cwd, env=env, capture_output=True, text=True,
+        [sys.executable, TRAIN, *args], cwd=cwd, env=user_env(), capture_output=True, text=True,
         timeout=300,
     )
     if check:

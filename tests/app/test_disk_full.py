@@ -20,7 +20,7 @@ import pytest
 
 from fitting.train.checkpoint import load
 from fitting.train.signals import WRITE_FAILED_EXIT
-from tests.helpers.train_cli import Finished
+from tests.helpers.train_cli import Finished, user_env
 
 REPO = Path(__file__).resolve().parents[2]
 FULL_DISK_HELPER = REPO / "tests" / "helpers" / "full_disk"  # its sitecustomize.py
@@ -28,11 +28,6 @@ LONG_RUN = ["steps=100000", "log.every=1", "ckpt.every=50", "log.figure_every=0"
 ROOT = os.geteuid() == 0
 
 pytestmark = pytest.mark.slow
-
-
-def env() -> dict[str, str]:
-    """The environment without HYDRA_FULL_ERROR."""
-    return {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
 
 
 @dataclass
@@ -56,15 +51,15 @@ def full_disk(request, tmp_path) -> Iterator[Disk]:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(where)],
                        check=True)
         try:
-            yield Disk(where, env(), lambda: subprocess.run(
+            yield Disk(where, user_env(), lambda: subprocess.run(
                 ["mount", "-o", "remount,size=20m", str(where)], check=True))
         finally:
             subprocess.run(["umount", str(where)], check=True)
         return
     path = os.pathsep.join(filter(None, [str(FULL_DISK_HELPER), os.environ.get("PYTHONPATH")]))
-    disk = Disk(where, env() | {"PYTHONPATH": path, "FULL_DISK_DIR": str(where),
+    disk = Disk(where, user_env() | {"PYTHONPATH": path, "FULL_DISK_DIR": str(where),
                                 "FULL_DISK_BYTES": str(300_000)}, lambda: None)
-    disk.free = lambda: setattr(disk, "env", env())
+    disk.free = lambda: setattr(disk, "env", user_env())
     yield disk
 
 
@@ -118,7 +113,7 @@ def run_and_break(run_dir: Path, act: Callable[[Path], None]) -> tuple[int, str,
     with open(out, "w") as stdout, open(err, "w") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "train.py", *LONG_RUN, f"hydra.run.dir={run_dir}"],
-            cwd=REPO, env=env(), stdout=stdout, stderr=stderr,
+            cwd=REPO, env=user_env(), stdout=stdout, stderr=stderr,
         )
         try:
             deadline = time.monotonic() + 120

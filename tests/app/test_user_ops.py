@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.train_cli import user_env
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "train.py")
@@ -59,7 +60,7 @@ def user_dir(tmp_path: Path) -> Path:
 
 def train(*args: str, cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
     """`python train.py *args` from `cwd`, with `pythonpath` as PYTHONPATH (else none)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "PYTHONPATH")}
+    env = {k: v for k, v in user_env().items() if k != "PYTHONPATH"}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     return subprocess.run([sys.executable, TRAIN, *args], cwd=cwd, env=env,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import runpy
 import sys
 from dataclasses import dataclass
@@ -17,6 +18,12 @@ from hydra.core.singleton import Singleton
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "train.py")
+
+
+def user_env() -> dict[str, str]:
+    """The environment for a `python train.py` subprocess as a user runs it: this one without
+    HYDRA_FULL_ERROR (with it, Hydra prints a traceback where the app prints one line)."""
+    return {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
 
 
 @dataclass

@@ -6,7 +6,6 @@ the file left byte-identical."""
 from __future__ import annotations
 
 import copy
-import os
 import random
 import shutil
 import subprocess
@@ -18,15 +17,10 @@ import torch
 
 from fitting.train.checkpoint import FORMAT, load
 from fitting.train.checkpoint_errors import CheckpointError
-from tests.helpers.train_cli import run_train
+from tests.helpers.train_cli import run_train, user_env
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDES = ["steps=5", "log.figure_every=0", "log.hist_every=0"]
-
-
-def env() -> dict[str, str]:
-    """The environment without HYDRA_FULL_ERROR."""
-    return {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +28,7 @@ def good_run(tmp_path_factory) -> Path:
     """The dir of a finished 5-step run of `python train.py` (its .hydra/ included)."""
     run_dir = tmp_path_factory.mktemp("good") / "run"
     subprocess.run([sys.executable, "train.py", *OVERRIDES, f"hydra.run.dir={run_dir}"],
-                   cwd=REPO, env=env(), check=True, capture_output=True)
+                   cwd=REPO, env=user_env(), check=True, capture_output=True)
     return run_dir
 
 

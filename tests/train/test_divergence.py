@@ -4,7 +4,6 @@ the step and the last finite loss, events and checkpoint kept, non-zero exit."""
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from fitting.train.closure import check_finite
 from fitting.train.run import run
 from fitting.train.signals import DIVERGED_EXIT, Diverged, NonFiniteStep
 from fitting.train.validate import ConfigError
+from tests.helpers.train_cli import user_env
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = ["log.figure_every=0", "log.hist_every=0", "log.every=1"]
@@ -41,11 +41,10 @@ def scalars(run_dir: Path, tag: str) -> dict[int, float]:
 @pytest.mark.slow
 def test_lr_1_stops_at_the_first_non_finite_loss(tmp_path):
     """optimizer.lr=1 on poly3 overflows the loss (float32) at step 2."""
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     proc = subprocess.run(
         [sys.executable, str(REPO / "train.py"), "optimizer.lr=1", "log.every=1",
          f"hydra.run.dir={tmp_path}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == DIVERGED_EXIT == 3
     loss = scalars(tmp_path, "loss/train")

@@ -4,7 +4,6 @@ parameters, final loss, and each logged loss once with the same value."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.train.checkpoint import load
 from fitting.train.run import run
+from tests.helpers.train_cli import user_env
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "train.py")
@@ -37,11 +37,6 @@ CASES = {
 COMMON = ["ckpt.every=50", "log.figure_every=0", "log.hist_every=100"]
 
 
-def env() -> dict[str, str]:
-    """The environment without HYDRA_FULL_ERROR."""
-    return {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-
-
 def start_and_interrupt(run_dir: Path, overrides: list[str], signum: int) -> tuple[int, str]:
     """Start `python train.py`, send `signum` once its first checkpoint exists; exit status
     and stderr."""
@@ -49,7 +44,7 @@ def start_and_interrupt(run_dir: Path, overrides: list[str], signum: int) -> tup
     with open(err, "w") as stderr:
         proc = subprocess.Popen(
             [sys.executable, TRAIN, *overrides, f"hydra.run.dir={run_dir}"],
-            cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=stderr,
+            cwd=REPO, env=user_env(), stdout=subprocess.DEVNULL, stderr=stderr,
         )
         deadline = time.monotonic() + 90
         while not (run_dir / "checkpoint.pt").exists():
