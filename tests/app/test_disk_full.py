@@ -32,7 +32,8 @@ pytestmark = pytest.mark.slow
 
 @dataclass
 class Disk:
-    """A dir on a disk that fills up for processes run with `env`; `free()` makes room."""
+    """A dir on a disk that fills up for processes run with `env`; after `free()` there is room
+    for the test's own process to resume the run."""
 
     dir: Path
     env: dict[str, str]
@@ -57,10 +58,10 @@ def full_disk(request, tmp_path) -> Iterator[Disk]:
             subprocess.run(["umount", str(where)], check=True)
         return
     path = os.pathsep.join(filter(None, [str(FULL_DISK_HELPER), os.environ.get("PYTHONPATH")]))
-    disk = Disk(where, user_env() | {"PYTHONPATH": path, "FULL_DISK_DIR": str(where),
-                                "FULL_DISK_BYTES": str(300_000)}, lambda: None)
-    disk.free = lambda: setattr(disk, "env", user_env())
-    yield disk
+    # Nothing to free: the injection lives in the subprocesses given this env, and the resumed
+    # run (in the test's process) does not load it.
+    yield Disk(where, user_env() | {"PYTHONPATH": path, "FULL_DISK_DIR": str(where),
+                                    "FULL_DISK_BYTES": str(300_000)}, lambda: None)
 
 
 def one_line(proc: subprocess.CompletedProcess | tuple[str, str]) -> str:
