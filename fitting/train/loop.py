@@ -93,7 +93,7 @@ class _Loop:
 
     def __init__(self, parts: Parts, cfg: Config, state: LoopState | None) -> None:
         self.parts, self.cfg = parts, cfg
-        # Read once: each DictConfig lookup costs microseconds, and poly3 logs all its steps.
+        # Read once, not at every step: each DictConfig lookup costs microseconds.
         self.steps, log_cfg = cfg.steps, cfg.log
         self.every, self.figure_every, self.hist_every = (
             log_cfg.every, log_cfg.figure_every, log_cfg.hist_every)
