@@ -33,9 +33,11 @@ class StopConfig:
 class StepStats:
     """What the loop's closure saw during one optimizer step (it may run several times: lbfgs)."""
 
+    # The loop logs this step: the closure counts the bytes its forward saves for backward
+    # (`saved_bytes`, else 0) and the finiteness check computes ‖∇loss‖ (`grad_norm`).
+    logged: bool = False
     evals: int = 0
     saved_bytes: int = 0
-    want_norm: bool = False  # the loop logs this step: the check computes ‖∇loss‖ for it
     grad_norm: float | None = None
     # The gradients of the first evaluation, at the parameters the step started from (in the
     # order of the optimizer's parameters).

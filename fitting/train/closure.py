@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -25,27 +26,30 @@ def make_closure(
     check: bool = False,
 ) -> Callable[[], torch.Tensor]:
     """The standard closure (zero grads, forward, loss, backward, return the loss), which also
-    records in `stats` its evaluations, the bytes the forward saved for backward and the
-    gradients of its first evaluation (of `params`).
+    records in `stats` its evaluations, the gradients of its first evaluation (of `params`) and,
+    when `stats.logged`, the bytes the forward saved for backward.
 
     `check`: the first evaluation raises NonFiniteStep if the loss or a gradient of `params` is
-    not finite (and stores ‖∇loss‖ in `stats` if it `want_norm`). Every optimizer evaluates the
+    not finite (and stores ‖∇loss‖ in `stats` if `stats.logged`). Every optimizer evaluates the
     closure before changing any parameter, so that step's update is never applied."""
     forward = task.model if forward is None else forward
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        with saved_tensor_bytes() as counter:
+        # The counting hook runs for every tensor the forward saves (a tenth of poly3's step):
+        # only the steps that log the count pay for it.
+        with saved_tensor_bytes() if stats.logged else nullcontext() as counter:
             loss = squared_error(task.residuals(forward, batch), task.reduction)
         loss.backward()
         stats.evals += 1
-        stats.saved_bytes = counter.bytes
+        if counter is not None:
+            stats.saved_bytes = counter.bytes
         if stats.evals == 1 and params is not None:
             # zero_grad() sets .grad to None, so later evaluations make new tensors: keeping
             # references is enough.
             stats.first_grads = [p.grad for p in params]
             if check:
-                stats.grad_norm = check_finite(loss, params, stats.want_norm)
+                stats.grad_norm = check_finite(loss, params, stats.logged)
         return loss
 
     return closure

@@ -108,7 +108,7 @@ class _Loop:
         self.val_every = cfg.log.val_every if self.task.has_validation else 0
         self.console_every = cfg.log.console_every or max(1, cfg.steps // 10)
         self.batch: Any = None  # the last step's
-        self.saved_bytes = 0  # the last step's
+        self.saved_bytes = 0  # the last logged step's
         # torch runs one profiler at a time: the tensor peaks are sampled after profile=true's.
         first = PROFILED_STEPS if cfg.profile else 1
         self.memory = StepMemory(self.params[0].device, cfg.log.memory_every, first)
@@ -160,7 +160,7 @@ class _Loop:
         # when this step may turn out to be the last (the stop rule decides after it).
         values = param_scalars(self.named) if logging_step or self.stop.close else None
 
-        stats = StepStats(want_norm=values is not None)
+        stats = StepStats(logged=values is not None)
         closure = make_closure(task, self.optimizer, self.batch, stats, self.forward,
                                self.params, check=True)
         t0 = time.perf_counter()
@@ -172,7 +172,8 @@ class _Loop:
         st.step_ms.append(ms)
         st.losses = [*st.losses[-1:], loss_value]
         st.step = step + 1
-        self.saved_bytes = stats.saved_bytes
+        if stats.logged:
+            self.saved_bytes = stats.saved_bytes
         converged = self.stop.enabled and self.stop.update(loss_value)
 
         if logging_step or converged:
