@@ -190,16 +190,26 @@ def figure_drawer() -> ProcessPoolExecutor:
 
     One worker process draws the figures, so matplotlib's import and drawing run on another
     core than the training; the runs of one process (a multirun's jobs) share it rather than
-    each paying for a fresh interpreter. "spawn": a fork of a process running torch's threads
-    is unsafe, and the fresh worker never imports torch. It imports matplotlib as it starts
-    (preload), ready for the first figure. concurrent.futures stops it at exit.
+    each paying for a fresh interpreter. It imports matplotlib as it starts (preload), ready for
+    the first figure, and never imports torch.
+
+    Started by multiprocessing's fork server where the platform has one (else "spawn"): a fork
+    of this process, which runs torch's threads, would be unsafe, while the server is a fresh
+    interpreter. A worker forked from it exits without tearing its interpreter down, and the
+    end of a run waits for that exit (concurrent.futures joins its workers): a spawned worker
+    spent it freeing matplotlib's objects. The server preloads nothing, because starting the
+    worker waits until the server is up.
     """
     global _drawer
     if _drawer is None:
         from fitting.track.figures import preload
 
-        spawn = multiprocessing.get_context("spawn")
-        _drawer = ProcessPoolExecutor(max_workers=1, mp_context=spawn)
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([])
+        else:
+            context = multiprocessing.get_context("spawn")
+        _drawer = ProcessPoolExecutor(max_workers=1, mp_context=context)
         _drawer.submit(preload)
     return _drawer
 

@@ -4,6 +4,8 @@ drawing process replaced by drawing in the run's process, and by a fresh worker 
 logger."""
 
 import io
+import multiprocessing
+import os
 
 import numpy as np
 import pytest
@@ -87,6 +89,18 @@ def test_drawing_process_never_imports_torch(tmp_path):
         loaded = tb._drawer.submit(eval, "sorted(set(__import__('sys').modules) & "
                                          "{'torch', 'matplotlib'})").result()
     assert loaded == ["matplotlib"]
+
+
+@pytest.mark.skipif(
+    "forkserver" not in multiprocessing.get_all_start_methods() or not os.path.exists("/proc"),
+    reason="needs a fork server (else the worker is spawned) and /proc to read its command",
+)
+def test_drawing_process_is_forked_from_the_fork_server_not_from_this_process(tmp_path):
+    with TBLogger(tmp_path) as tb:
+        parent = tb._drawer.submit(os.getppid).result()
+    assert parent != os.getpid()
+    with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
+        assert b"multiprocessing.forkserver" in cmdline.read()
 
 
 def test_unknown_kind_is_a_clear_error():
