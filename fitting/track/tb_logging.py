@@ -190,8 +190,8 @@ def figure_drawer() -> ProcessPoolExecutor:
 
     One worker process draws the figures, so matplotlib's import and drawing run on another
     core than the training; the runs of one process (a multirun's jobs) share it rather than
-    each paying for a fresh interpreter. It imports matplotlib as it starts (preload), ready for
-    the first figure, and never imports torch.
+    each paying for a fresh interpreter. It imports matplotlib as it starts, ready for the first
+    figure, never imports torch, and exits if this process dies (fitting/track/figure_worker.py).
 
     Started by multiprocessing's fork server where the platform has one (else "spawn"): a fork
     of this process, which runs torch's threads, would be unsafe, while the server is a fresh
@@ -202,7 +202,7 @@ def figure_drawer() -> ProcessPoolExecutor:
     """
     global _drawer
     if _drawer is None:
-        from fitting.track.figures import preload
+        from fitting.track import figure_worker
 
         if "forkserver" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("forkserver")
@@ -210,7 +210,7 @@ def figure_drawer() -> ProcessPoolExecutor:
         else:
             context = multiprocessing.get_context("spawn")
         _drawer = ProcessPoolExecutor(max_workers=1, mp_context=context)
-        _drawer.submit(preload)
+        _drawer.submit(figure_worker.start)
     return _drawer
 
 

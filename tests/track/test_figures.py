@@ -1,11 +1,15 @@
 """Figures: drawn in TBLogger's drawing process to the same PNG as drawn directly, logged to
 TensorBoard with those pixels; a drawing error raised in the run with its message; a dead
 drawing process replaced by drawing in the run's process, and by a fresh worker for the next
-logger."""
+logger; a drawing process that exits with a killed run."""
 
 import io
 import multiprocessing
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -101,6 +105,43 @@ def test_drawing_process_is_forked_from_the_fork_server_not_from_this_process(tm
     assert parent != os.getpid()
     with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
         assert b"multiprocessing.forkserver" in cmdline.read()
+
+
+# A run that starts its drawing process, prints that process's pid and its parent's, then waits.
+WAITING_RUN = """
+import os, sys, time
+from fitting.track.tb_logging import TBLogger
+with TBLogger(sys.argv[1]) as tb:
+    print(tb._drawer.submit(os.getpid).result(), tb._drawer.submit(os.getppid).result(),
+          flush=True)
+    time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether process `pid` has exited (a zombie has: only its exit status is left)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.exists("/proc"), reason="reads process states from /proc")
+def test_drawing_process_exits_when_its_run_is_killed(tmp_path):
+    run = subprocess.Popen([sys.executable, "-c", WAITING_RUN, str(tmp_path)],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        # The worker's parent: the fork server (where the worker is spawned: the run itself).
+        worker, worker_parent = (int(pid) for pid in run.stdout.readline().split())
+    finally:
+        run.send_signal(signal.SIGKILL)  # no chance to stop its worker
+        run.wait()
+    deadline = time.monotonic() + 60
+    while not (_gone(worker) and _gone(worker_parent)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(worker)
+    assert _gone(worker_parent)
 
 
 def test_unknown_kind_is_a_clear_error():
