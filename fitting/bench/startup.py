@@ -10,8 +10,8 @@ Runs, interleaved and `--runs` times each (the median is reported):
   reference of the target, app <= 1.6x;
 - bare-optim: the same loop stepped by torch.optim.SGD with a closure, for comparison: the
   first torch.optim optimizer imports torch._dynamo, seconds of CPU.
-The app's CPU time includes its figure-drawing worker process (see fitting/track/tb_logging.py),
-which runs on the second core.
+The app's CPU time leaves out its figure-drawing worker: the worker is forked from
+multiprocessing's fork server, a process the app does not wait for (fitting/track/tb_logging.py).
 """
 
 from __future__ import annotations
