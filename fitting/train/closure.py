@@ -36,8 +36,8 @@ def make_closure(
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        # The counting hook runs for every tensor the forward saves (a tenth of poly3's step):
-        # only the steps that log the count pay for it.
+        # The counting hook runs for every tensor the forward saves, a real share of a small
+        # model's step: only the steps that log the count pay for it.
         with saved_tensor_bytes() if stats.logged else nullcontext() as counter:
             loss = squared_error(task.residuals(forward, batch), task.reduction)
         loss.backward()

@@ -57,8 +57,10 @@ def test_drawn_png_equals_direct_png_and_is_logged(tmp_path):
 def test_a_drawing_error_is_raised_in_the_run_with_its_message(tmp_path):
     bad = FigureSpec("line_fit", {"x": [0, 1], "target": [0, 1]})  # missing arguments
     with TBLogger(tmp_path) as tb:
-        tb.figure("fit", bad, 0, tmp_path / "bad.png")
+        # Raised where the run next logs figures: the next figure() if it has failed by then
+        # (a warm worker fails it at once), else the flush.
         with pytest.raises(TypeError, match="pred"):
+            tb.figure("fit", bad, 0, tmp_path / "bad.png")
             tb.flush()
         tb.figure("fit", _spec(), 1, tmp_path / "good.png")  # the drawer keeps serving
     assert (tmp_path / "good.png").exists()
