@@ -6,7 +6,6 @@ logger; a drawing process that exits with a killed run."""
 import io
 import multiprocessing
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -131,14 +130,13 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.skipif(not os.path.exists("/proc"), reason="reads process states from /proc")
 def test_drawing_process_exits_when_its_run_is_killed(tmp_path):
-    run = subprocess.Popen([sys.executable, "-c", WAITING_RUN, str(tmp_path)],
-                           stdout=subprocess.PIPE, text=True)
-    try:
-        # The worker's parent: the fork server (where the worker is spawned: the run itself).
-        worker, worker_parent = (int(pid) for pid in run.stdout.readline().split())
-    finally:
-        run.send_signal(signal.SIGKILL)  # no chance to stop its worker
-        run.wait()
+    with subprocess.Popen([sys.executable, "-c", WAITING_RUN, str(tmp_path)],
+                          stdout=subprocess.PIPE, text=True) as run:
+        try:
+            # The worker's parent: the fork server (where the worker is spawned: the run).
+            worker, worker_parent = (int(pid) for pid in run.stdout.readline().split())
+        finally:
+            run.kill()  # SIGKILL: no chance to stop its worker
     deadline = time.monotonic() + 60
     while not (_gone(worker) and _gone(worker_parent)) and time.monotonic() < deadline:
         time.sleep(0.1)
