@@ -22,21 +22,19 @@ from fitting.bench.report import DOC, write_section
 from fitting.optim.levenberg_marquardt import LevenbergMarquardt
 from fitting.optim.newton import Newton
 from fitting.optim.second_order import residual_fn_from_model
+from fitting.tasks.poly3 import residuals
 from fitting.tasks.poly3_optimum import exact_poly3_optimum, poly3_data
 from models.poly3 import Poly3
 
 REL_GAP = 1e-6
 START = (0.0, -1.0, 0.0, 0.3)
-def _residuals(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    x, y = batch
-    return model(x) - y
 
 
 def _second_order(cls: type) -> Callable[[nn.Module, tuple], torch.optim.Optimizer]:
     """A builder of `cls` (Newton or LevenbergMarquardt) on the model's sum of squares."""
 
     def build(model: nn.Module, batch: tuple) -> torch.optim.Optimizer:
-        fn = residual_fn_from_model(model, _residuals, batch)
+        fn = residual_fn_from_model(model, residuals, batch)
         return cls(model.parameters(), fn, reduction="sum")
 
     return build
@@ -80,7 +78,7 @@ def run(name: str, impl: str, dtype: torch.dtype, optimum: float) -> Run:
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        loss = _residuals(model, batch).square().sum()
+        loss = residuals(model, batch).square().sum()
         loss.backward()
         return loss
 

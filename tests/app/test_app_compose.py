@@ -9,16 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.train import loop
 from fitting.train.run import run
+from tests.helpers.app_config import make_cfg
 from tests.helpers.tutorial import tutorial_fit
-
-CONF = Path(__file__).resolve().parents[2] / "conf"
 
 # Small versions of each task: a few steps on little data, every kind of logging exercised.
 FAST = {
@@ -27,12 +25,6 @@ FAST = {
     "cnn": ["steps=6", "task.n_train=48", "task.n_val=16", "task.batch_size=8"],
 }
 LOG_ALL = ["log.every=2", "log.hist_every=3", "log.figure_every=4", "log.val_every=3"]
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`, as `python train.py <overrides>` would."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def read_run(run_dir: Path) -> EventAccumulator:

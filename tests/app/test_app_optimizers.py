@@ -10,27 +10,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.tasks.poly3_optimum import exact_poly3_optimum
 from fitting.train.run import run
+from tests.helpers.app_config import make_cfg
 
 REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "conf"
 OPTIMIZERS = ["lbfgs", "newton", "lm"]
 IMPLS = ["custom", "builtin"]
 MAX_STEPS = 50
 REL_GAP = 1e-6
 # One figure (at the end) per run is enough here.
 QUIET = ["log.figure_every=0", "log.every=1"]  # every step: the tests read whole curves
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`, as `python train.py <overrides>` would."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,8 @@ the hooks the loop calls around a step."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.optim import OPTIMIZERS
@@ -17,10 +14,10 @@ from fitting.optim.newton import Newton
 from fitting.optim.spec import StepStats, StopConfig
 from fitting.tasks import build_task
 from fitting.train.closure import make_closure
+from tests.helpers.app_config import CONF, make_cfg
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 BUILT = {
     "gd": GradientDescent,
     "sgd": torch.optim.SGD,
@@ -29,12 +26,6 @@ BUILT = {
     "newton": Newton,
     "lm": LevenbergMarquardt,
 }
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def poly3(cfg):

@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.checks import Checker
 from fitting.tasks import TASKS, build_task
+from tests.helpers.app_config import CONF, make_cfg
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 SMALL = {
     "poly3": ["task.n_points=20"],
     "mlp": ["task=mlp", "task.n_points=16", "task.n_val=8", "task.hidden=[4]"],
     "cnn": ["task=cnn", "task.n_train=8", "task.n_val=4", "task.batch_size=4",
             "task.image_size=16"],
 }
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def problems(cfg) -> list[str]:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fitting.config  # noqa: F401  (registers the schemas)
@@ -18,8 +17,8 @@ from fitting.train.checkpoint_errors import CheckpointError
 from fitting.train.resume import resume_config
 from fitting.train.run import run
 from fitting.train.validate import ConfigError
+from tests.helpers.app_config import make_cfg
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 QUIET = ["log.figure_every=0", "log.hist_every=0"]
 SMALL = {
     "poly3": ["task.n_points=200"],
@@ -27,12 +26,6 @@ SMALL = {
     "cnn": ["task=cnn", "task.n_train=48", "task.n_val=16", "task.batch_size=8",
             "task.image_size=16"],
 }
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def losses(run_dir: Path) -> dict[int, float]:

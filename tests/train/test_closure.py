@@ -3,11 +3,8 @@ and a run reports the same count whatever its log interval."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fitting.config  # noqa: F401  (registers the schemas)
@@ -17,16 +14,10 @@ from fitting.tasks import build_task, squared_error
 from fitting.train.closure import make_closure
 from fitting.train.run import run
 from models.ops import saved_tensor_bytes
+from tests.helpers.app_config import make_cfg
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def poly3_parts():

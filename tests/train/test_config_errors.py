@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.train.validate import ConfigError, validate
+from tests.helpers.app_config import make_cfg
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,12 +97,6 @@ def test_a_bug_still_shows_its_traceback(tmp_path, train_cli, monkeypatch):
 
 
 # --- validate() itself, in-process: each class of range error, and no false alarms ---------
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 @pytest.mark.parametrize("task", ["poly3", "mlp", "cnn"])

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.train.checkpoint import load
 from fitting.train.run import run
+from tests.helpers.app_config import make_cfg
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 STEPS = 20
 SMALL = {
     "poly3": ["task.n_points=200"],
@@ -25,12 +24,6 @@ SMALL = {
 }
 QUIET = [f"steps={STEPS}", "log.every=1", "log.figure_every=0", "log.hist_every=0",
          "ckpt.every=0"]
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def fit(tmp_path: Path, name: str, *overrides: str) -> tuple[list[float], dict]:

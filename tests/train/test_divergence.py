@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fitting.config  # noqa: F401  (registers the schemas)
@@ -20,16 +19,11 @@ from fitting.train.closure import check_finite
 from fitting.train.run import run
 from fitting.train.signals import DIVERGED_EXIT, Diverged, NonFiniteStep
 from fitting.train.validate import ConfigError
+from tests.helpers.app_config import make_cfg
 from tests.helpers.train_cli import user_env
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = ["log.figure_every=0", "log.hist_every=0", "log.every=1"]
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def scalars(run_dir: Path, tag: str) -> dict[int, float]:

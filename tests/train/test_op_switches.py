@@ -8,7 +8,6 @@ import logging
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -18,8 +17,8 @@ from fitting.train.checkpoint import load
 from fitting.train.resume import resume_config
 from fitting.train.run import run
 from fitting.train.validate import ConfigError
+from tests.helpers.app_config import make_cfg
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 QUIET = ["log.figure_every=0", "log.hist_every=0", "log.every=1"]
 # Short runs: every step is logged and compared.
 SHORT = {
@@ -29,12 +28,6 @@ SHORT = {
             "task.image_size=16", "task.channels=[4,8]"],
 }
 OPS = ("linear", "relu", "conv_bn", "legendre_p3")
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def read_run(run_dir: Path) -> EventAccumulator:

@@ -6,20 +6,12 @@ import json
 import logging
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.train.profile import TRACE
 from fitting.train.run import run
+from tests.helpers.app_config import make_cfg
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 MLP = ["task=mlp", "task.n_points=32", "task.n_val=8", "task.hidden=[8]", "log.figure_every=0"]
-
-
-def make_cfg(*overrides: str):
-    """The app's config composed with `overrides`."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def messages(caplog) -> str:
