@@ -2,6 +2,9 @@
 
 Its one backward holds the incoming grad_out for its whole run, so what aten's own kernels
 allocate on top of it is what sets the op's peak:
+- the conv's recompute: oneDNN may reorder the input into channel blocks first (16 channels on
+  AVX-512 CPUs, so 16x the bytes of a 1-channel input); `conv_in_slices` runs it over batch
+  slices.
 - batch norm's backward: aten's CPU kernel allocates grad_y and a temporary of the input's size
   next to the recomputed conv output; `batch_norm_backward_into` turns that output into grad_y
   in place, taking its per-channel sums a batch slice at a time.
@@ -14,6 +17,8 @@ in slices of at most SLICE_BYTES (below the default allocator's mmap threshold).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ._memory_format import suggest_memory_format
@@ -25,12 +30,38 @@ SLICE_BYTES = 2 << 20
 def batch_slices(t: torch.Tensor) -> list[slice]:
     """Slices of `t`'s batch dim: all of it if `t` holds at most ONE_CALL_BYTES, else slices of
     at most SLICE_BYTES of `t` each (at least one row)."""
-    n = t.shape[0]
-    if t.numel() * t.element_size() <= ONE_CALL_BYTES:
+    return _slices(t.shape[0], t[0].numel() * t.element_size() if t.shape[0] else 0)
+
+
+def _slices(n: int, sample_bytes: int) -> list[slice]:
+    """batch_slices of a tensor of `n` samples of `sample_bytes` each."""
+    if n * sample_bytes <= ONE_CALL_BYTES:
         return [slice(0, n)]
-    sample_bytes = t[0].numel() * t.element_size()
     rows = max(1, SLICE_BYTES // max(sample_bytes, 1))
     return [slice(start, start + rows) for start in range(0, n, rows)]
+
+
+def conv_in_slices(x: torch.Tensor, weight: torch.Tensor, conv: tuple) -> torch.Tensor:
+    """torch.convolution(x, weight, None, *conv) (not transposed), over batch slices of the
+    output as batch_slices cuts it: one call for an output of at most ONE_CALL_BYTES."""
+    stride, padding, dilation = conv[:3]
+    spatial = [
+        (size + 2 * p - d * (k - 1) - 1) // s + 1
+        for size, k, s, p, d in zip(x.shape[2:], weight.shape[2:], stride, padding, dilation,
+                                    strict=True)
+    ]
+    sample_bytes = weight.shape[0] * math.prod(spatial) * x.element_size()
+    parts = _slices(x.shape[0], sample_bytes)
+    if len(parts) == 1:
+        return torch.convolution(x, weight, None, *conv)
+    y = None
+    for part in parts:
+        y_part = torch.convolution(x[part], weight, None, *conv)
+        if y is None:
+            shape, fmt = (x.shape[0], *y_part.shape[1:]), suggest_memory_format(y_part)
+            y = torch.empty(shape, dtype=y_part.dtype, device=y_part.device, memory_format=fmt)
+        y[part] = y_part
+    return y
 
 
 def batch_norm_backward_into(

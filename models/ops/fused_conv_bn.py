@@ -8,7 +8,12 @@ import torch.nn.functional as F
 from ._checks import check_impl
 from ._function import compile_safe_apply
 from ._memory_format import suggest_memory_format
-from .conv_bn_backward import batch_norm_backward_into, batch_slices, conv_backward_in_slices
+from .conv_bn_backward import (
+    batch_norm_backward_into,
+    batch_slices,
+    conv_backward_in_slices,
+    conv_in_slices,
+)
 from .conv_bn_checks import OP, check_conv_bn, check_pair
 
 
@@ -57,15 +62,19 @@ class FusedConvBN2dFunction(torch.autograd.Function):
             # d(out)/d(bias) is 1: no conv recompute for the bias gradient alone.
             return None, None, None, grad_out.sum((0, 2, 3)), *(None,) * 5
         x, weight, bn_weight, save_mean, save_invstd = ctx.saved_tensors
-        y = torch.convolution(x, weight, None, *ctx.conv)
+        # aten's kernels where the sliced and in-place pieces would not pay or cannot serve: an
+        # output of at most ONE_CALL_BYTES (the built-in pair's exact gradients, a peak that
+        # stays small), double backward (differentiable) and the half precisions (aten
+        # computes them in float).
+        sliced = not torch.is_grad_enabled() and x.dtype in (torch.float32, torch.float64)
+        if sliced:
+            y = conv_in_slices(x, weight, ctx.conv)
+        else:
+            y = torch.convolution(x, weight, None, *ctx.conv)
         # aten's batch-norm backward reads grad_out as if in y's memory format.
         fmt = torch.contiguous_format if y.is_contiguous() else torch.channels_last
         grad_out = grad_out.contiguous(memory_format=fmt)
-        # aten's kernel where the in-place one would not pay or cannot serve: an output of at
-        # most ONE_CALL_BYTES (the built-in pair's exact gradients, a peak that stays small),
-        # double backward (differentiable) and the half precisions (aten computes in float).
-        in_place = len(batch_slices(y)) > 1 and y.dtype in (torch.float32, torch.float64)
-        if torch.is_grad_enabled() or not in_place:
+        if not sliced or len(batch_slices(y)) == 1:
             mask = [need_x or need_w, need_g, need_b]
             grad_y, grad_g, grad_b = torch.ops.aten.native_batch_norm_backward(
                 grad_out, y, bn_weight, None, None, save_mean, save_invstd, True, ctx.eps, mask

@@ -1,6 +1,6 @@
-"""The fused conv-BN's low-memory backward pieces: batch norm's backward written into the conv
-output, and the conv backward over batch slices, each against aten's own kernel; the op under
-slicing (gradcheck, gradgradcheck). The cnn step's peak they lower: tests/track/."""
+"""The fused conv-BN's low-memory backward pieces: the conv recompute and the conv backward over
+batch slices, batch norm's backward written into the conv output, each against aten's own
+kernel; the op under slicing (gradcheck, gradgradcheck). The cnn step's peak they lower: tests/track/."""
 
 import pytest
 import torch
@@ -12,6 +12,7 @@ from models.ops.conv_bn_backward import (
     batch_norm_backward_into,
     batch_slices,
     conv_backward_in_slices,
+    conv_in_slices,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -33,6 +34,25 @@ def test_batch_slices_cover_the_batch_in_slices_of_at_most_slice_bytes(small_sli
     assert batch_slices(torch.zeros(3, 1000, 6, 6, dtype=torch.float64)) == [
         slice(0, 1), slice(1, 2), slice(2, 3)
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(
+    "conv",
+    [((1, 1), (1, 1), (1, 1), False, (0, 0), 1), ((2, 1), (0, 2), (1, 2), False, (0, 0), 2)],
+    ids=["3x3", "strided-dilated-groups"],
+)  # torch.convolution's trailing arguments: stride, padding, dilation, ..., groups
+def test_conv_in_slices_matches_one_call(fmt, conv, small_slices):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(7, 4, 8, 8, generator=g, dtype=torch.float64)
+    x = x.contiguous(memory_format=FORMATS[fmt])
+    weight = torch.randn(6, 4 // conv[-1], 3, 3, generator=g, dtype=torch.float64)
+    expected = torch.convolution(x, weight, None, *conv)
+    assert len(batch_slices(expected)) > 1
+    got = conv_in_slices(x, weight, conv)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    assert got.stride() == expected.stride()
+    assert conv_in_slices(x[:1], weight, conv).shape == expected[:1].shape  # one call
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
