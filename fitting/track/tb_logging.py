@@ -3,10 +3,9 @@ custom-scalars layout that overlays the runs of a sweep."""
 
 from __future__ import annotations
 
-import multiprocessing
 import re
 from collections.abc import Iterable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from types import TracebackType
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from fitting.track.figure_worker import figure_drawer, forget_drawer
 from fitting.track.thread_errors import writer_threads
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ class TBLogger:
             except BrokenProcessPool:  # the worker died (killed, out of memory): draw here
                 from fitting.track.figures import write_png
 
-                _forget_broken(self._drawer)
+                forget_drawer(self._drawer)
                 pixels = write_png(figure.spec, figure.path)
             self.writer.add_image(figure.tag, pixels, figure.step, dataformats="HWC")
 
@@ -180,46 +180,6 @@ class TBLogger:
             self.writer.file_writer.add_summary(summary)
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, step)
-
-
-_drawer: ProcessPoolExecutor | None = None  # the figure worker of this process
-
-
-def figure_drawer() -> ProcessPoolExecutor:
-    """This process's figure-drawing worker, started on first use (and after one died).
-
-    One worker process draws the figures, so matplotlib's import and drawing run on another
-    core than the training; the runs of one process (a multirun's jobs) share it rather than
-    each paying for a fresh interpreter. It imports matplotlib as it starts, ready for the first
-    figure, never imports torch, and exits if this process dies (fitting/track/figure_worker.py).
-
-    Started by multiprocessing's fork server where the platform has one (else "spawn"): a fork
-    of this process, which runs torch's threads, would be unsafe, while the server is a fresh
-    interpreter. A worker forked from it exits without tearing its interpreter down, and the
-    end of a run waits for that exit (concurrent.futures joins its workers): a spawned worker
-    spent it freeing matplotlib's objects. The server preloads nothing, because starting the
-    worker waits until the server is up.
-    """
-    global _drawer
-    if _drawer is None:
-        from fitting.track import figure_worker
-
-        if "forkserver" in multiprocessing.get_all_start_methods():
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload([])
-        else:
-            context = multiprocessing.get_context("spawn")
-        _drawer = ProcessPoolExecutor(max_workers=1, mp_context=context)
-        _drawer.submit(figure_worker.start)
-    return _drawer
-
-
-def _forget_broken(drawer: ProcessPoolExecutor) -> None:
-    """After `drawer`'s worker died: the next logger starts a fresh one."""
-    global _drawer
-    if _drawer is drawer:
-        _drawer = None
-        drawer.shutdown(wait=False, cancel_futures=True)
 
 
 def custom_scalars_layout(tags: Iterable[str]) -> dict[str, dict[str, list]]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fitting.checks import ConfigError
+from fitting.track.figure_worker import figure_drawer
 from fitting.train.allocator import AllocatorError, apply_allocator
 from fitting.train.validate import validate
 
@@ -29,6 +30,9 @@ def run(cfg: Config, out_dir: str | Path) -> float:
         log.info("allocator: %s", apply_allocator(cfg.allocator.value))
     except AllocatorError as err:
         raise ConfigError(str(err)) from err
+    # Started before torch loads: the worker imports matplotlib on another core meanwhile,
+    # and is ready for the run's first figure.
+    figure_drawer()
     # Imported once the config is valid: a config error answers before torch loads.
     from fitting.train.session import train
 
