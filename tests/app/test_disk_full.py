@@ -131,6 +131,16 @@ def run_and_break(run_dir: Path, act: Callable[[Path], None]) -> tuple[int, str,
     return code, out.read_text(), err.read_text()
 
 
+def remount_read_only(mount_point: Path) -> None:
+    """Make the bind mount at `mount_point` read-only. The kernel refuses (EBUSY) while a file
+    is open for writing through it, as the run's next checkpoint is for a moment: try again."""
+    command = ["mount", "-o", "remount,bind,ro", str(mount_point)]
+    deadline = time.monotonic() + 10
+    while subprocess.run(command, capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, f"{' '.join(command)} kept failing for 10 s"
+        time.sleep(0.005)
+
+
 def remove(run_dir: Path) -> None:
     """rm -rf the run dir (the run may add a file meanwhile: try again)."""
     while run_dir.exists():
@@ -176,7 +186,7 @@ def test_a_read_only_run_dir_is_one_line_and_the_run_continues_once_writable(tmp
     def read_only(path: Path) -> None:
         if ROOT:
             subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
-            subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+            remount_read_only(path)
         else:
             path.chmod(0o555)
 
