@@ -58,10 +58,16 @@ def conv_in_slices(x: torch.Tensor, weight: torch.Tensor, conv: tuple) -> torch.
     for part in parts:
         y_part = torch.convolution(x[part], weight, None, *conv)
         if y is None:
-            shape, fmt = (x.shape[0], *y_part.shape[1:]), suggest_memory_format(y_part)
-            y = torch.empty(shape, dtype=y_part.dtype, device=y_part.device, memory_format=fmt)
+            y = _batch_like(y_part, x.shape[0])
         y[part] = y_part
     return y
+
+
+def _batch_like(part: torch.Tensor, n: int) -> torch.Tensor:
+    """An empty tensor of `n` samples shaped, typed and laid out as the batch slice `part`."""
+    fmt = suggest_memory_format(part)
+    return torch.empty((n, *part.shape[1:]), dtype=part.dtype, device=part.device,
+                       memory_format=fmt)
 
 
 def batch_norm_backward_into(
@@ -117,8 +123,7 @@ def conv_backward_in_slices(
         )
         if need_x:
             if grad_x is None:
-                shape, fmt = (x.shape[0], *gx.shape[1:]), suggest_memory_format(gx)
-                grad_x = torch.empty(shape, dtype=gx.dtype, device=gx.device, memory_format=fmt)
+                grad_x = _batch_like(gx, x.shape[0])
             grad_x[part] = gx
         if need_w:
             grad_w = gw if grad_w is None else grad_w + gw
