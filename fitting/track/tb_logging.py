@@ -4,6 +4,7 @@ custom-scalars layout that overlays the runs of a sweep."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
@@ -61,6 +62,7 @@ class TBLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(log_dir)
+        wait_past_event_files(self.log_dir)
         with writer_threads(self.log_dir):  # a failed write is raised here, not printed there
             self.writer = SummaryWriter(
                 log_dir=str(self.log_dir), max_queue=1000, flush_secs=FLUSH_SECONDS,
@@ -180,6 +182,21 @@ class TBLogger:
             self.writer.file_writer.add_summary(summary)
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, step)
+
+
+def wait_past_event_files(log_dir: Path) -> None:
+    """Wait, if need be, until the clock is past the second in which `log_dir`'s newest event
+    file was created, so that a new one sorts after it.
+
+    TensorBoard reads a run's event files in name order, and a name is the creation second,
+    then host and pid: a run resumed within the second its first writer started (an in-process
+    resume) could get a name that sorts first, and TensorBoard would then read the resumed
+    steps before the earlier ones."""
+    seconds = [int(part) for part in (p.name.split(".")[3] for p in
+               log_dir.glob("events.out.tfevents.*")) if part.isdigit()]
+    delay = max(seconds, default=0) + 1 - time.time()
+    if delay > 0:
+        time.sleep(delay)
 
 
 def custom_scalars_layout(tags: Iterable[str]) -> dict[str, dict[str, list]]:

@@ -85,6 +85,24 @@ def test_run_writes_its_layout_once_on_its_first_loss_record(tmp_path):
     assert got == {**FIXED_CHARTS, **params}
 
 
+def test_a_resumed_run_reads_in_order_after_a_file_of_the_same_second(tmp_path):
+    """TensorBoard reads event files in name order: creation second, host, pid, counter. An
+    earlier file of the same second whose pid sorts after this process's must still be read
+    first."""
+    with TBLogger(tmp_path) as first:
+        first.scalars(0, {"loss/train": 1.0})
+        first.scalars(1, {"loss/train": 0.5})
+    (earlier,) = tmp_path.glob("events.out.tfevents.*")
+    head, _pid, counter = earlier.name.rsplit(".", 2)
+    earlier = earlier.rename(tmp_path / f"{head}.99999999.{counter}")  # another process's
+    with TBLogger(tmp_path, purge_step=1) as resumed:
+        resumed.scalars(1, {"loss/train": 0.25})
+    names = sorted(p.name for p in tmp_path.glob("events.out.tfevents.*"))
+    assert len(names) == 2 and names[0] == earlier.name
+    acc = EventAccumulator(str(tmp_path)).Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss/train")] == [(0, 1.0), (1, 0.25)]
+
+
 def test_hparams_table_columns_and_sweep_axes(tmp_path):
     with TBLogger(tmp_path) as tb:
         tb.scalars(0, POLY3_STEP)
