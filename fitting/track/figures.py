@@ -7,12 +7,20 @@ first figure is drawn, or ahead by `preload`.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    import numpy as np
     from matplotlib.figure import Figure
+
+
+class Png(NamedTuple):
+    """An encoded PNG image and its size in pixels."""
+
+    data: bytes
+    height: int
+    width: int
 
 
 class FigureSpec(NamedTuple):
@@ -89,11 +97,14 @@ def draw(spec: FigureSpec) -> Figure:
     return fn(**spec.data)
 
 
-def write_png(spec: FigureSpec, path: str | Path) -> np.ndarray:
-    """Draw `spec`, write it to `path` as PNG and return its RGBA pixels (height, width, 4)."""
-    import numpy as np
+def write_png(spec: FigureSpec, path: str | Path) -> Png:
+    """Draw `spec`, write it to `path` as PNG and return that PNG (RGBA), which TensorBoard
+    logs as it is: encoded once, the same bytes in the file and in the run."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     canvas = FigureCanvasAgg(draw(spec))
-    canvas.print_png(str(path))
-    return np.array(canvas.buffer_rgba())
+    buffer = io.BytesIO()
+    canvas.print_png(buffer)
+    Path(path).write_bytes(buffer.getvalue())
+    width, height = canvas.get_width_height(physical=True)
+    return Png(buffer.getvalue(), int(height), int(width))

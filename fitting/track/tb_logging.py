@@ -18,9 +18,7 @@ from fitting.track.figure_worker import figure_drawer, forget_drawer
 from fitting.track.thread_errors import writer_threads
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from fitting.track.figures import FigureSpec
+    from fitting.track.figures import FigureSpec, Png
 
 
 # The event file is flushed at least this often, so a TensorBoard watching the run keeps up.
@@ -41,9 +39,9 @@ HPARAM_AXES = ("impl", "task")
 
 
 class Figure(NamedTuple):
-    """A figure sent to the drawing process: its pixels once drawn, and where they go."""
+    """A figure sent to the drawing process: its PNG once drawn, and where it goes."""
 
-    pixels: Future[np.ndarray]
+    png: Future[Png]
     tag: str
     step: int
     spec: FigureSpec
@@ -133,7 +131,7 @@ class TBLogger:
         self._figures.append(Figure(self._submit(spec, path), tag, step, spec, path))
         self._log_figures(wait=False)
 
-    def _submit(self, spec: FigureSpec, path: Path) -> Future[np.ndarray]:
+    def _submit(self, spec: FigureSpec, path: Path) -> Future[Png]:
         """`spec` sent to the drawing process (a failed future if that process has died:
         _log_figures then draws it here)."""
         from fitting.track.figures import write_png
@@ -141,22 +139,28 @@ class TBLogger:
         try:
             return self._drawer.submit(write_png, spec, path)
         except BrokenProcessPool as err:
-            failed: Future[np.ndarray] = Future()
+            failed: Future[Png] = Future()
             failed.set_exception(err)
             return failed
 
     def _log_figures(self, wait: bool) -> None:
         """Log the figures drawn so far, in order (`wait`: all of them, waiting for them)."""
-        while self._figures and (wait or self._figures[0].pixels.done()):
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        while self._figures and (wait or self._figures[0].png.done()):
             figure = self._figures.pop(0)
             try:
-                pixels = figure.pixels.result()
+                png = figure.png.result()
             except BrokenProcessPool:  # the worker died (killed, out of memory): draw here
                 from fitting.track.figures import write_png
 
                 forget_drawer(self._drawer)
-                pixels = write_png(figure.spec, figure.path)
-            self.writer.add_image(figure.tag, pixels, figure.step, dataformats="HWC")
+                png = write_png(figure.spec, figure.path)
+            # Logged as drawn: add_image takes pixels, and would encode them again.
+            image = Summary.Image(height=png.height, width=png.width, colorspace=4,
+                                  encoded_image_string=png.data)
+            summary = Summary(value=[Summary.Value(tag=figure.tag, image=image)])
+            self.writer.file_writer.add_summary(summary, figure.step)
 
     def hparams(self, hparams: dict[str, Any], metrics: dict[str, float], step: int) -> None:
         """Log hparams and final metrics (as scalars at `step`) into this run itself.

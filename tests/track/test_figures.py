@@ -29,12 +29,14 @@ def _spec(title="step 3: y = a + b P3(c + d x)"):
 
 
 def _images(run_dir):
-    """step -> RGBA pixels of the 'fit' images logged in `run_dir`."""
+    """step -> the 'fit' image events logged in `run_dir`."""
     acc = EventAccumulator(str(run_dir), size_guidance={"images": 0}).Reload()
-    return {
-        e.step: np.asarray(Image.open(io.BytesIO(e.encoded_image_string)).convert("RGBA"))
-        for e in acc.Images("fit")
-    }
+    return {e.step: e for e in acc.Images("fit")}
+
+
+def _rgba(png):
+    """The RGBA pixels of PNG bytes."""
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGBA"))
 
 
 def test_drawn_png_equals_direct_png_and_is_logged(tmp_path):
@@ -45,12 +47,16 @@ def test_drawn_png_equals_direct_png_and_is_logged(tmp_path):
     logged = _images(run)
     assert sorted(logged) == [0, 1, 2]
     for i in range(3):
-        pixels = write_png(_spec(f"figure {i}"), tmp_path / f"here{i}.png")
-        assert pixels.shape == (400, 640, 4)
+        direct = write_png(_spec(f"figure {i}"), tmp_path / f"here{i}.png")
+        assert (direct.height, direct.width) == (400, 640)
+        assert _rgba(direct.data).shape == (400, 640, 4)
         png = (tmp_path / f"bg{i}.png").read_bytes()
-        assert png == (tmp_path / f"here{i}.png").read_bytes()
+        assert png == (tmp_path / f"here{i}.png").read_bytes() == direct.data
         assert png.startswith(b"\x89PNG")
-        assert np.array_equal(logged[i], pixels)
+        # TensorBoard has the file's PNG itself, and its size.
+        assert logged[i].encoded_image_string == png
+        assert (logged[i].height, logged[i].width) == (400, 640)
+        assert np.array_equal(_rgba(logged[i].encoded_image_string), _rgba(png))
 
 
 def test_a_drawing_error_is_raised_in_the_run_with_its_message(tmp_path):
