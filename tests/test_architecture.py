@@ -1,0 +1,109 @@
+"""The house rules, read off the source: one-way imports between the parts, short functions and
+files, public torch APIs only, and no issue numbers or commit hashes in code or tests."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted([*ROOT.glob("fitting/**/*.py"), *ROOT.glob("models/**/*.py"), ROOT / "train.py"])
+TESTS = sorted(ROOT.glob("tests/**/*.py"))
+
+# What each part must never import: the training core and the lower parts never reach up to the
+# tools built on them, and the op library depends on torch alone.
+FORBIDDEN = {
+    "models": ("fitting", "hydra", "omegaconf", "tensorboard", "matplotlib"),
+    "fitting/train": ("fitting.compare", "fitting.bench", "fitting.opcheck"),
+    "fitting/optim": ("fitting.train", "fitting.compare", "fitting.bench", "fitting.opcheck"),
+    "fitting/tasks": ("fitting.train", "fitting.compare", "fitting.bench", "fitting.opcheck"),
+    "fitting/track": ("fitting.train", "fitting.compare", "fitting.bench", "fitting.opcheck"),
+}
+MAX_FUNCTION_LINES = 60
+MAX_FILE_LINES = 300
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def _imports(tree: ast.Module) -> list[str]:
+    """The absolute module names a module imports (relative imports stay inside its package)."""
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+@pytest.mark.parametrize("part", sorted(FORBIDDEN))
+def test_a_part_never_imports_the_parts_above_it(part):
+    bad = [
+        f"{_rel(path)} imports {name}"
+        for path in SOURCES if _rel(path).startswith(part + "/")
+        for name in _imports(_tree(path))
+        if name.split(".")[0] in FORBIDDEN[part] or name.startswith(FORBIDDEN[part])
+    ]
+    assert bad == []
+
+
+def test_no_function_is_over_60_lines_and_no_file_over_300():
+    long_functions = [
+        f"{_rel(path)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in SOURCES for node in ast.walk(_tree(path))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    long_files = [
+        f"{_rel(path)} ({n} lines)" for path in SOURCES
+        if (n := len(path.read_text().splitlines())) > MAX_FILE_LINES
+    ]
+    assert long_functions == [] and long_files == []
+
+
+def _private_torch(tree: ast.Module) -> list[str]:
+    """The private torch modules or attributes (a name part starting with '_') used."""
+    used = [name for name in _imports(tree)
+            if name.split(".")[0] == "torch" and any(p.startswith("_") for p in name.split("."))]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id == "torch":
+                used.append(ast.unparse(node))
+    return used
+
+
+def test_the_code_uses_public_torch_apis_only():
+    used = {_rel(path): found for path in SOURCES if (found := _private_torch(_tree(path)))}
+    assert used == {}
+
+
+def test_the_private_api_check_sees_imports_and_attributes():
+    tree = ast.parse("import torch._dynamo\nfrom torch._C import x\ny = torch._C._get_x()\n"
+                     "z = torch.nn.functional.relu\n")
+    assert _private_torch(tree) == ["torch._dynamo", "torch._C", "torch._C._get_x", "torch._C"]
+
+
+ISSUE_OR_COMMIT = re.compile(
+    r"\bissue\s*#?\d+|\(#\d+\)|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b",
+    re.IGNORECASE,
+)
+
+
+def test_no_code_or_test_cites_an_issue_number_or_a_commit_hash():
+    cited = [
+        f"{_rel(path)}: {match.group(0)}"
+        for path in [*SOURCES, *TESTS] if path != Path(__file__).resolve()
+        for match in ISSUE_OR_COMMIT.finditer(path.read_text())
+    ]
+    assert cited == []
