@@ -64,7 +64,7 @@ class OpsConfig:
     each follows `impl` unless given, so impl= flips all and ops.<op>= one."""
 
     linear: str = "${impl}"
-    relu: str = "${impl}"
+    activation: str = "${impl}"
     conv_bn: str = "${impl}"
     legendre_p3: str = "${impl}"
 
@@ -148,7 +148,7 @@ def config_subdir(resume: str | None) -> str | None:
 
 def unescaped(dirname: str) -> str:
     """hydra.job.override_dirname without the backslashes Hydra puts before special characters
-    (`ops.relu=my_ops\\:my_relu`): a job dir name a shell and TensorBoard show as typed."""
+    (`ops.activation=my_ops\\:my_relu`): a job dir name a shell and TensorBoard show as typed."""
     return re.sub(r"\\(.)", r"\1", dirname)
 
 

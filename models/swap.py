@@ -1,4 +1,4 @@
-"""Run one op of a model through another function: `swap_op(model, "relu", fn)`.
+"""Run one op of a model through another function: `swap_op(model, "activation", fn)`.
 
 Each layer that runs the op (ReLU, Linear, FusedConvBN2d, or the Poly3 model for legendre_p3)
 is replaced by an `OpCall` module that calls `fn` with the op's positional arguments (see
@@ -33,7 +33,7 @@ class OpCall(nn.Module):
 class ReLUCall(OpCall):
     """relu(x)."""
 
-    op = "relu"
+    op = "activation"
 
     def __init__(self, fn: Callable[..., torch.Tensor], layer: nn.Module | None = None) -> None:
         super().__init__(fn)
@@ -96,7 +96,7 @@ class Poly3Call(OpCall):
 
 # op -> (the layer types that run it, the module that replaces them)
 SWAPS: dict[str, tuple[tuple[type[nn.Module], ...], type[OpCall]]] = {
-    "relu": ((ReLU, nn.ReLU, ReLUCall), ReLUCall),
+    "activation": ((ReLU, nn.ReLU, ReLUCall), ReLUCall),
     "linear": ((Linear, nn.Linear, LinearCall), LinearCall),
     "conv_bn": ((FusedConvBN2d, ConvBNCall), ConvBNCall),
     "legendre_p3": ((Poly3, Poly3Call), Poly3Call),

@@ -2,7 +2,7 @@
 
 Its report card (run from the directory holding this file, or with it on PYTHONPATH):
 
-    PYTHONPATH=docs/examples python -m fitting.opcheck relu my_relu:my_relu
+    PYTHONPATH=docs/examples python -m fitting.opcheck activation my_relu:my_relu
 """
 
 import torch

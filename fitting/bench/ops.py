@@ -133,7 +133,7 @@ def bench_in_models(device: torch.device, t: float, quick: bool = False) -> list
     vs all builtin; times are one training forward+backward of the model."""
     rows = []
     variants = [(op, op, OPS[op].custom) for op in OPS]
-    variants.insert(1, ("relu", "relu_masked", relu_masked))
+    variants.insert(1, ("activation", "relu_masked", relu_masked))
     for op, label, fn in variants:
         task, twin = OP_TASK[op], OPS[op].builtin
         batch = list(TASKS[task].batch(device, quick))

@@ -22,7 +22,7 @@ NEEDS = {
     },
 }
 # Where the app could use a feature without needing it by default.
-ALSO = {op: "optimizer=lm|newton on task=mlp would need it" for op in ("relu", "linear")}
+ALSO = {op: "optimizer=lm|newton on task=mlp would need it" for op in ("activation", "linear")}
 
 
 @dataclass

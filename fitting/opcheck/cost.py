@@ -21,7 +21,7 @@ def bench_inputs(op: str, device: torch.device, quick: bool) -> tuple[str, tuple
         return torch.randn(*shape, generator=g).to(device).requires_grad_()
 
     rows, feats = (256, 128) if quick else (ROWS, FEATURES)
-    if op == "relu":
+    if op == "activation":
         return f"{rows}x{feats}", (leaf(rows, feats),)
     if op == "linear":
         return f"{rows}x{feats} @ {feats}x{feats}", (

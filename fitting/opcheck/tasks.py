@@ -71,7 +71,7 @@ TASKS: dict[str, TaskModel] = {
     ),
 }  # fmt: skip
 # The task each op is tried in.
-OP_TASK = {"relu": "mlp", "linear": "mlp", "legendre_p3": "poly3", "conv_bn": "cnn"}
+OP_TASK = {"activation": "mlp", "linear": "mlp", "legendre_p3": "poly3", "conv_bn": "cnn"}
 
 
 def build(task: TaskModel, impl: str, device: torch.device, seed: int = 0) -> nn.Module:

@@ -4,7 +4,7 @@ A spec is `custom`, `builtin` or `<module>:<name>`, the module importable from t
 directory or PYTHONPATH and the name a `torch.autograd.Function` subclass (called through
 `.apply`) or a plain function, taking the op's positional arguments (`OpEntry.signature`).
 `resolve_op` imports it and `check_op` calls it once on a small reference input; anything wrong
-is an `OpSpecError` whose one-line message names the key (`ops.relu=mymod:myrelu`).
+is an `OpSpecError` whose one-line message names the key (`ops.activation=mymod:myrelu`).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ CONV_BN_SIGNATURE = (
     "stride, padding, dilation, groups)"
 )
 OPS: dict[str, OpEntry] = {
-    "relu": OpEntry(relu, torch.relu, _unary_inputs, "relu(x)"),
+    "activation": OpEntry(relu, torch.relu, _unary_inputs, "activation(x)"),
     "linear": OpEntry(linear, F.linear, _linear_inputs, "linear(x, weight, bias)", (0, 1, 2)),
     "legendre_p3": OpEntry(legendre_p3, legendre_p3_builtin, _unary_inputs, "legendre_p3(x)"),
     "conv_bn": OpEntry(

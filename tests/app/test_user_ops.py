@@ -73,13 +73,13 @@ def train(*args: str, cwd: Path, pythonpath: Path | None = None) -> subprocess.C
 def test_a_user_op_trains_and_is_recorded(user_dir, spec, where):
     run_dir = user_dir / "run"
     cwd, path = (user_dir, None) if where == "cwd" else (REPO, user_dir)
-    proc = train(*MLP, f"ops.relu={spec}", f"hydra.run.dir={run_dir}", cwd=cwd, pythonpath=path)
+    proc = train(*MLP, f"ops.activation={spec}", f"hydra.run.dir={run_dir}", cwd=cwd, pythonpath=path)
     assert proc.returncode == 0, proc.stderr
     source = user_dir / "user_ops.py"
     sha = hashlib.sha256(source.read_bytes()).hexdigest()
     log = (run_dir / "train.log").read_text()
-    assert f"task=mlp impl=custom ops.linear=custom ops.relu={spec} optimizer=" in log
-    assert f"ops.relu={spec}: source {source}, sha256 {sha}\n" in log
+    assert f"task=mlp impl=custom ops.linear=custom ops.activation={spec} optimizer=" in log
+    assert f"ops.activation={spec}: source {source}, sha256 {sha}\n" in log
     assert (run_dir / "checkpoint.pt").is_file()
 
 
@@ -87,21 +87,21 @@ def test_a_user_op_trains_and_is_recorded(user_dir, spec, where):
 @pytest.mark.parametrize(
     ("key", "message"),
     [
-        ("ops.relu=nomod:my_relu", "no module named 'nomod' in the current directory ({cwd}) "
+        ("ops.activation=nomod:my_relu", "no module named 'nomod' in the current directory ({cwd}) "
                                    "or on PYTHONPATH"),
-        ("ops.relu=broken:f", "importing 'broken' failed: RuntimeError: boom at import"),
-        ("ops.relu=user_ops:nope", "module 'user_ops' ({cwd}/user_ops.py) has no 'nope'"),
-        ("ops.relu=user_ops:not_callable", "'not_callable' is a int, not callable; name a "
+        ("ops.activation=broken:f", "importing 'broken' failed: RuntimeError: boom at import"),
+        ("ops.activation=user_ops:nope", "module 'user_ops' ({cwd}/user_ops.py) has no 'nope'"),
+        ("ops.activation=user_ops:not_callable", "'not_callable' is a int, not callable; name a "
                                            "function or a torch.autograd.Function subclass"),
-        ("ops.relu=user_ops:two_args", "wrong signature: calling it as relu(x) raised TypeError: "
+        ("ops.activation=user_ops:two_args", "wrong signature: calling it as activation(x) raised TypeError: "
                                        "two_args() missing 1 required positional argument: 'y'"),
-        ("ops.relu=user_ops:flat", "wrong output: shape (32,) torch.float32, expected (4, 8) "
+        ("ops.activation=user_ops:flat", "wrong output: shape (32,) torch.float32, expected (4, 8) "
                                    "torch.float32 (the builtin's on the same input)"),
         ("ops.linear=user_ops:my_relu", "wrong signature: calling it as linear(x, weight, bias) "
                                         "raised TypeError: my_relu() takes 1 positional argument "
                                         "but 3 were given"),
-        ("ops.relu=user_ops", "expected custom, builtin or <module>:<name>, e.g. "
-                              "ops.relu=my_ops:my_relu"),
+        ("ops.activation=user_ops", "expected custom, builtin or <module>:<name>, e.g. "
+                              "ops.activation=my_ops:my_activation"),
     ],
 )
 def test_a_bad_user_op_is_one_line_and_writes_nothing(user_dir, key, message):
@@ -116,13 +116,13 @@ def test_a_bad_user_op_is_one_line_and_writes_nothing(user_dir, key, message):
 @pytest.mark.slow
 def test_sweep_job_dirs_name_each_ops_choice(user_dir):
     sweep = user_dir / "sweep"
-    proc = train("-m", *MLP, "ops.relu=custom,builtin,user_ops:my_relu",
+    proc = train("-m", *MLP, "ops.activation=custom,builtin,user_ops:my_relu",
                  f"hydra.sweep.dir={sweep}", cwd=user_dir)
     assert proc.returncode == 0, proc.stderr
     dirs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     # Hydra's override_dirname: the job's overrides, sorted.
     assert dirs == [
-        f"{i}_" + ",".join(sorted([*MLP, f"ops.relu={spec}"]))
+        f"{i}_" + ",".join(sorted([*MLP, f"ops.activation={spec}"]))
         for i, spec in enumerate(["custom", "builtin", "user_ops:my_relu"])
     ]
-    assert "ops.relu=user_ops:my_relu" in dirs[2]
+    assert "ops.activation=user_ops:my_relu" in dirs[2]

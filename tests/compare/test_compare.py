@@ -121,7 +121,7 @@ def test_runs_differing_in_one_op_pair_against_the_more_builtin_run(tmp_path, ca
     """task=cnn ops.conv_bn=custom,builtin: each run follows impl=custom but for one op; the
     run with ops.conv_bn=builtin is the reference, named by its op in the tables."""
     losses = poly3_losses(5)
-    follow = {op: "${impl}" for op in ("linear", "relu", "conv_bn", "legendre_p3")}
+    follow = {op: "${impl}" for op in ("linear", "activation", "conv_bn", "legendre_p3")}
     for name, conv_bn in (("0_ops.conv_bn=custom", "custom"), ("1_ops.conv_bn=builtin", "builtin")):
         cfg = {**job_config("custom"), "ops": {**follow, "conv_bn": conv_bn}}
         write_job(tmp_path / name, cfg, [f"ops.conv_bn={conv_bn}"], losses, 0.01, 10)

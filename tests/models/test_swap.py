@@ -22,11 +22,11 @@ def _swapped_like_custom(model, ops):
 @pytest.mark.parametrize(
     ("build", "ops", "x"),
     [
-        (lambda impl: MLP(1, (8, 8), 1, impl=impl), ("relu", "linear"), torch.randn(16, 1)),
+        (lambda impl: MLP(1, (8, 8), 1, impl=impl), ("activation", "linear"), torch.randn(16, 1)),
         (lambda impl: Poly3(impl=impl), ("legendre_p3",), torch.randn(16)),
         (
             lambda impl: CurveCNN(8, (2, 4), hidden=8, impl=impl),
-            ("conv_bn", "relu", "linear"),
+            ("conv_bn", "activation", "linear"),
             torch.randn(4, 1, 8, 8),
         ),
     ],
@@ -51,7 +51,7 @@ def test_swapping_every_op_to_custom_is_the_custom_model(build, ops, x):
 def test_swapped_layers_share_the_parameters():
     model = MLP(1, (4,), 1, impl="builtin")
     weight = model[0].weight
-    swapped = swap_op(swap_op(model, "linear", torch.nn.functional.linear), "relu", torch.relu)
+    swapped = swap_op(swap_op(model, "linear", torch.nn.functional.linear), "activation", torch.relu)
     assert swapped is model and swapped[0].weight is weight
     assert [type(m) for m in swapped] == [LinearCall, ReLUCall, LinearCall]
     # Swapping again replaces the function, not the parameters.
@@ -68,5 +68,5 @@ def test_root_layers_are_replaced():
 
 
 def test_unknown_op():
-    with pytest.raises(ValueError, match=r"swap_op: unknown op 'gelu'; choose one of \['conv_bn', 'legendre_p3', 'linear', 'relu'\]"):
+    with pytest.raises(ValueError, match=r"swap_op: unknown op 'gelu'; choose one of \['activation', 'conv_bn', 'legendre_p3', 'linear'\]"):
         swap_op(MLP(), "gelu", torch.relu)

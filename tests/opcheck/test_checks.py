@@ -20,7 +20,7 @@ def subject(op: str, spec: str) -> Subject:
 
 
 def test_backward_off_by_a_factor_fails_gradcheck_and_training():
-    s = subject("relu", BAD + "ReLUBackwardTimesTwo")
+    s = subject("activation", BAD + "ReLUBackwardTimesTwo")
     check = gradcheck(s)
     assert check.status == "fail"
     assert check.detail.startswith("GradcheckError: Jacobian mismatch for output 0")
@@ -33,7 +33,7 @@ def test_backward_off_by_a_factor_fails_gradcheck_and_training():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_forward_off_by_a_little_fails_parity(dtype):
-    forward, _ = parity(subject("relu", BAD + "relu_forward_off"), dtype)
+    forward, _ = parity(subject("activation", BAD + "relu_forward_off"), dtype)
     assert forward.status == "fail"
     assert "max rel err 0.0001 " in forward.detail
 
@@ -46,7 +46,7 @@ def test_our_ops_pass_parity_gradcheck_and_training():
 
 
 def test_missing_jvp_is_a_skip_unless_the_app_needs_it():
-    s = subject("relu", BAD + "ReLUNoJvp")
+    s = subject("activation", BAD + "ReLUNoJvp")
     for check in (forward_ad(s), vmap(s)):
         assert check.status == "skip"
         assert check.detail.startswith(
@@ -63,7 +63,7 @@ def test_missing_jvp_is_a_skip_unless_the_app_needs_it():
 
 
 def test_double_backward_that_raises_is_a_skip_unless_the_app_needs_it():
-    check = gradgradcheck(subject("relu", BAD + "ReLUOnceRaises"))
+    check = gradgradcheck(subject("activation", BAD + "ReLUOnceRaises"))
     assert check.status == "skip"
     assert "double backward raises RuntimeError: ReLUOnceRaisesBackward: this backward is " \
         "once_differentiable" in check.detail
@@ -77,7 +77,7 @@ def test_double_backward_that_raises_is_a_skip_unless_the_app_needs_it():
 
 def test_silently_wrong_double_backward_fails():
     """torch's own once_differentiable gives None for the derivative of the gradient."""
-    check = gradgradcheck(subject("relu", BAD + "ReLUOnce"))
+    check = gradgradcheck(subject("activation", BAD + "ReLUOnce"))
     assert check.status == "fail"
     assert check.detail.startswith("double backward runs but is wrong: GradcheckError: ")
 
@@ -95,29 +95,29 @@ def test_what_the_twin_cannot_do_is_a_skip():
 
 def test_compile_graph_break_is_a_skip_and_a_traceable_op_passes(monkeypatch):
     monkeypatch.syspath_prepend("docs/examples")
-    check = compile_fullgraph(subject("relu", "my_relu:MyReLU"))
+    check = compile_fullgraph(subject("activation", "my_relu:MyReLU"))
     assert check.status == "skip"
     assert check.detail.startswith(
         "graph break (compile=true still runs it, in pieces): Unsupported: Unsupported custom jvp"
     )
-    check = compile_fullgraph(subject("relu", "my_relu:my_relu"))
+    check = compile_fullgraph(subject("activation", "my_relu:my_relu"))
     assert check.status == "pass" and check.detail.startswith("no graph break")
 
 
 # torch.library.opcheck's failing test on the broken fake kernel warns from anomaly mode.
 @pytest.mark.filterwarnings("ignore:Error detected in:UserWarning")
 def test_library_opcheck_runs_on_torch_library_custom_ops_only():
-    check = library_opcheck(subject("relu", "custom"))
+    check = library_opcheck(subject("activation", "custom"))
     assert check.status == "skip" and check.detail.startswith("not a torch.library custom op")
-    check = library_opcheck(subject("relu", LIB + "relu"))
+    check = library_opcheck(subject("activation", LIB + "relu"))
     assert check.status == "pass" and "test_faketensor" in check.detail
-    check = library_opcheck(subject("relu", LIB + "relu_bad_fake"))
+    check = library_opcheck(subject("activation", LIB + "relu_bad_fake"))
     assert check.status == "fail" and check.detail.startswith("test_faketensor")
 
 
 def test_forward_ad_that_is_silently_zero_fails():
     """A torch.library custom op has no forward-AD formula: torch.func.jvp gives zero tangents."""
-    check = forward_ad(subject("relu", LIB + "relu"))
+    check = forward_ad(subject("activation", LIB + "relu"))
     assert check.status == "fail"
     assert check.detail.startswith(
         "tangent vs the twin's: zero tangent where the twin's is not (no forward-AD formula?)"
@@ -125,14 +125,14 @@ def test_forward_ad_that_is_silently_zero_fails():
 
 
 def test_cost_rows_report_bytes_alone_and_in_the_model():
-    check = cost_alone(subject("relu", "models.ops:relu_masked"))
+    check = cost_alone(subject("activation", "models.ops:relu_masked"))
     assert check.status == "info"
-    assert check.detail.startswith("relu 256x128: saves 32,768 vs 131,072 B (0.25x); fwd+bwd ")
-    check = cost_in_model(subject("relu", "models.ops:relu_masked"))
+    assert check.detail.startswith("activation 256x128: saves 32,768 vs 131,072 B (0.25x); fwd+bwd ")
+    check = cost_in_model(subject("activation", "models.ops:relu_masked"))
     assert check.detail.startswith(
         "MLP 1-64-64-1, sin on 256 points: adds 32,768 B to the model's saved set (builtin 0 B); "
         "model saves 182,528 vs 149,760 B (1.22x); fwd+bwd "
     )
-    check = cost_in_model(subject("relu", "custom"))
+    check = cost_in_model(subject("activation", "custom"))
     assert "adds 0 B to the model's saved set (builtin 0 B); model saves 149,760 vs 149,760 B " \
         "(1.00x)" in check.detail

@@ -14,10 +14,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_bad_spec_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "card"
-    assert main(["relu", "tests.opcheck.bad_ops:no_such_op", "--out", str(out)]) == 2
+    assert main(["activation", "tests.opcheck.bad_ops:no_such_op", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err == (
-        "error: ops.relu=tests.opcheck.bad_ops:no_such_op: module 'tests.opcheck.bad_ops' "
+        "error: ops.activation=tests.opcheck.bad_ops:no_such_op: module 'tests.opcheck.bad_ops' "
         f"({sys.modules['tests.opcheck.bad_ops'].__file__}) has no 'no_such_op'\n"
     )
     assert not out.exists()
@@ -39,21 +39,21 @@ def test_wrong_signature_exits_2_without_a_traceback(tmp_path):
 
 def test_a_wrong_op_fails_the_card(tmp_path, capsys):
     spec = "tests.opcheck.bad_ops:ReLUBackwardTimesTwo"
-    assert main(["relu", spec, "--quick", "--out", str(tmp_path)]) == 1
+    assert main(["activation", spec, "--quick", "--out", str(tmp_path)]) == 1
     printed = capsys.readouterr().out
     card = (tmp_path / "opcheck.md").read_text()
     for text in (printed, card):
         assert "| gradcheck | fail | GradcheckError: Jacobian mismatch" in text
         assert "| training (mlp) | fail | " in text
         assert "| forward parity float32 | pass | " in text
-    assert card.startswith(f"# opcheck: `ops.relu={spec}`\n\n`python -m fitting.opcheck relu {spec}")
+    assert card.startswith(f"# opcheck: `ops.activation={spec}`\n\n`python -m fitting.opcheck activation {spec}")
     assert "source: `" in card and "bad_ops.py` (sha256 `" in card
     assert "**FAIL**: " in card
 
 
 def test_the_docs_example_passes_the_card(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend("docs/examples")
-    assert main(["relu", "my_relu:my_relu", "--quick", "--out", str(tmp_path)]) == 0
+    assert main(["activation", "my_relu:my_relu", "--quick", "--out", str(tmp_path)]) == 0
     card = (tmp_path / "opcheck.md").read_text()
     rows = [line.split(" | ")[:2] for line in card.splitlines() if line.startswith("| ")][1:]
     statuses = {name.removeprefix("| "): status for name, status in rows}

@@ -24,9 +24,9 @@ def test_a_storage_saved_by_the_op_and_its_neighbour_counts_once():
 
 
 def test_relu_adds_nothing_to_the_mlp_and_relu_masked_its_mask():
-    found = op_in_model("relu", relu, torch.relu, CPU)
+    found = op_in_model("activation", relu, torch.relu, CPU)
     assert (found.added, found.twin_added, found.total) == (0, 0, found.twin_total)
-    masked = op_in_model("relu", relu_masked, torch.relu, CPU)
+    masked = op_in_model("activation", relu_masked, torch.relu, CPU)
     assert masked.added == 2 * 256 * 64  # two hidden layers of 256 points x 64, 1 byte each
     assert masked.total == found.total + masked.added
 
@@ -50,7 +50,7 @@ def test_bench_reports_bytes_inside_the_models(one_thread):
     from fitting.bench.ops import bench_in_models
 
     rows = {r["name"].split(",")[0]: r for r in bench_in_models(CPU, t=0.005, quick=True)}
-    relu_row = rows["relu in mlp (bytes: added to the model)"]
+    relu_row = rows["activation in mlp (bytes: added to the model)"]
     assert (relu_row["custom_bytes"], relu_row["builtin_bytes"], relu_row["bytes_ratio"]) == (0, 0, 1.0)
     masked = rows["relu_masked in mlp (bytes: added to the model)"]
     assert (masked["custom_bytes"], masked["builtin_bytes"]) == (2 * 256 * 64, 0)

@@ -31,8 +31,8 @@ def user_module(tmp_path, monkeypatch):
 
 
 def test_every_op_has_custom_builtin_and_inputs():
-    assert set(OPS) == {"relu", "linear", "legendre_p3", "conv_bn"}
-    assert OPS["relu"].custom is relu and OPS["linear"].custom is linear
+    assert set(OPS) == {"activation", "linear", "legendre_p3", "conv_bn"}
+    assert OPS["activation"].custom is relu and OPS["linear"].custom is linear
     assert OPS["legendre_p3"].custom is legendre_p3 and OPS["conv_bn"].custom is fused_conv_bn2d
     assert OPS["linear"].builtin is F.linear
     for op, entry in OPS.items():
@@ -58,12 +58,12 @@ def test_function_subclass_is_called_through_apply(user_module):
                 return grad * (x > 0)
         """
     )
-    resolved = resolve_op("relu", f"{name}:MyReLU")
+    resolved = resolve_op("activation", f"{name}:MyReLU")
     assert resolved.fn.__name__ == "apply" and resolved.fn.__self__.__name__ == "MyReLU"
-    check_op("relu", resolved.fn, resolved.spec)
+    check_op("activation", resolved.fn, resolved.spec)
     x = torch.tensor([-1.0, 2.0])
     assert torch.equal(resolved.fn(x), torch.relu(x))
-    assert resolved.key == f"ops.relu={name}:MyReLU"
+    assert resolved.key == f"ops.activation={name}:MyReLU"
     assert resolved.source == path
     with open(path, "rb") as f:
         assert resolved.sha256 == hashlib.sha256(f.read()).hexdigest()
@@ -102,23 +102,23 @@ def _error(op: str, spec: str, call: bool = False) -> str:
 
 
 def test_bad_spec_format():
-    assert _error("relu", "cutsom") == (
-        "ops.relu=cutsom: expected custom, builtin or <module>:<name>, e.g. ops.relu=my_ops:my_relu"
+    assert _error("activation", "cutsom") == (
+        "ops.activation=cutsom: expected custom, builtin or <module>:<name>, e.g. ops.activation=my_ops:my_activation"
     )
-    assert _error("relu", "mod:").startswith("ops.relu=mod:: expected custom, builtin")
+    assert _error("activation", "mod:").startswith("ops.activation=mod:: expected custom, builtin")
 
 
 def test_unknown_op():
     assert _error("rleu", "custom") == (
-        "unknown op 'rleu'; choose one of ['conv_bn', 'legendre_p3', 'linear', 'relu']"
+        "unknown op 'rleu'; choose one of ['activation', 'conv_bn', 'legendre_p3', 'linear']"
     )
 
 
 def test_module_not_found(user_module):
     user_module("")  # chdir into an empty-ish directory
-    message = _error("relu", "no_such_module_xyz:f")
+    message = _error("activation", "no_such_module_xyz:f")
     assert message.startswith(
-        "ops.relu=no_such_module_xyz:f: no module named 'no_such_module_xyz' in the current "
+        "ops.activation=no_such_module_xyz:f: no module named 'no_such_module_xyz' in the current "
         "directory ("
     )
     assert message.endswith(") or on PYTHONPATH")
@@ -126,31 +126,31 @@ def test_module_not_found(user_module):
 
 def test_module_that_does_not_import(user_module):
     syntax, _ = user_module("def f(x:\n    return x\n")
-    assert _error("relu", f"{syntax}:f").startswith(
-        f"ops.relu={syntax}:f: importing '{syntax}' failed: SyntaxError: "
+    assert _error("activation", f"{syntax}:f").startswith(
+        f"ops.activation={syntax}:f: importing '{syntax}' failed: SyntaxError: "
     )
     raising, _ = user_module("raise RuntimeError('no GPU here')\n")
-    assert _error("relu", f"{raising}:f") == (
-        f"ops.relu={raising}:f: importing '{raising}' failed: RuntimeError: no GPU here"
+    assert _error("activation", f"{raising}:f") == (
+        f"ops.activation={raising}:f: importing '{raising}' failed: RuntimeError: no GPU here"
     )
     missing_dep, _ = user_module("import not_installed_dep_xyz\n")
-    assert _error("relu", f"{missing_dep}:f") == (
-        f"ops.relu={missing_dep}:f: importing '{missing_dep}' failed: ModuleNotFoundError: "
+    assert _error("activation", f"{missing_dep}:f") == (
+        f"ops.activation={missing_dep}:f: importing '{missing_dep}' failed: ModuleNotFoundError: "
         "No module named 'not_installed_dep_xyz'"
     )
 
 
 def test_missing_name(user_module):
     name, path = user_module("def my_relu(x):\n    return x.clamp_min(0)\n")
-    assert _error("relu", f"{name}:myrelu") == (
-        f"ops.relu={name}:myrelu: module '{name}' ({path}) has no 'myrelu'"
+    assert _error("activation", f"{name}:myrelu") == (
+        f"ops.activation={name}:myrelu: module '{name}' ({path}) has no 'myrelu'"
     )
 
 
 def test_not_callable(user_module):
     name, _ = user_module("my_relu = 3\n")
-    assert _error("relu", f"{name}:my_relu") == (
-        f"ops.relu={name}:my_relu: 'my_relu' is a int, not callable; name a function or a "
+    assert _error("activation", f"{name}:my_relu") == (
+        f"ops.activation={name}:my_relu: 'my_relu' is a int, not callable; name a function or a "
         "torch.autograd.Function subclass"
     )
 
@@ -165,8 +165,8 @@ def test_wrong_signature(user_module):
 
 def test_wrong_output_shape(user_module):
     name, _ = user_module("def my_relu(x):\n    return x.clamp_min(0).sum(0)\n")
-    assert _error("relu", f"{name}:my_relu", call=True) == (
-        f"ops.relu={name}:my_relu: wrong output: shape (8,) torch.float32, expected (4, 8) "
+    assert _error("activation", f"{name}:my_relu", call=True) == (
+        f"ops.activation={name}:my_relu: wrong output: shape (8,) torch.float32, expected (4, 8) "
         "torch.float32 (the builtin's on the same input)"
     )
 
@@ -195,17 +195,17 @@ def test_not_a_tensor_or_not_differentiable_or_failing(user_module):
                 return grad.sum()[None]
         """
     )
-    assert _error("relu", f"{name}:pair", call=True) == (
-        f"ops.relu={name}:pair: returned tuple, expected one tensor of shape (4, 8)"
+    assert _error("activation", f"{name}:pair", call=True) == (
+        f"ops.activation={name}:pair: returned tuple, expected one tensor of shape (4, 8)"
     )
-    assert _error("relu", f"{name}:detached", call=True).startswith(
-        f"ops.relu={name}:detached: its output does not require grad for inputs that do"
+    assert _error("activation", f"{name}:detached", call=True).startswith(
+        f"ops.activation={name}:detached: its output does not require grad for inputs that do"
     )
-    assert _error("relu", f"{name}:raises", call=True) == (
-        f"ops.relu={name}:raises: relu(x) on a reference input raised ValueError: only 1-D"
+    assert _error("activation", f"{name}:raises", call=True) == (
+        f"ops.activation={name}:raises: activation(x) on a reference input raised ValueError: only 1-D"
     )
-    assert _error("relu", f"{name}:BadGrad", call=True).startswith(
-        f"ops.relu={name}:BadGrad: backward on a reference input raised RuntimeError: "
+    assert _error("activation", f"{name}:BadGrad", call=True).startswith(
+        f"ops.activation={name}:BadGrad: backward on a reference input raised RuntimeError: "
         "Function BadGradBackward returned an invalid gradient at index 0"
     )
 
@@ -213,5 +213,5 @@ def test_not_a_tensor_or_not_differentiable_or_failing(user_module):
 def test_import_leaves_sys_path_as_it_was(user_module):
     name, _ = user_module("def f(x):\n    return x\n")
     before = list(sys.path)
-    resolve_op("relu", f"{name}:f")
+    resolve_op("activation", f"{name}:f")
     assert sys.path == before

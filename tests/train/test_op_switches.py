@@ -27,7 +27,7 @@ SHORT = {
     "cnn": ["task=cnn", "steps=4", "task.n_train=32", "task.n_val=8", "task.batch_size=4",
             "task.image_size=16", "task.channels=[4,8]"],
 }
-OPS = ("linear", "relu", "conv_bn", "legendre_p3")
+OPS = ("linear", "activation", "conv_bn", "legendre_p3")
 
 
 def read_run(run_dir: Path) -> EventAccumulator:
@@ -61,15 +61,15 @@ def test_each_op_follows_impl_unless_given():
     assert {op: make_cfg("impl=builtin").ops[op] for op in OPS} == dict.fromkeys(OPS, "builtin")
     cfg = make_cfg("task=cnn", "ops.conv_bn=builtin")
     assert {op: cfg.ops[op] for op in OPS} == {
-        "linear": "custom", "relu": "custom", "conv_bn": "builtin", "legendre_p3": "custom"}
-    cfg = make_cfg("impl=builtin", "ops.relu=custom")
-    assert (cfg.ops.relu, cfg.ops.linear) == ("custom", "builtin")
+        "linear": "custom", "activation": "custom", "conv_bn": "builtin", "legendre_p3": "custom"}
+    cfg = make_cfg("impl=builtin", "ops.activation=custom")
+    assert (cfg.ops.activation, cfg.ops.linear) == ("custom", "builtin")
 
 
 def test_every_task_names_the_ops_it_runs():
     assert {name: spec.ops for name, spec in TASKS.items()} == {
-        "poly3": ("legendre_p3",), "mlp": ("linear", "relu"),
-        "cnn": ("conv_bn", "relu", "linear")}
+        "poly3": ("legendre_p3",), "mlp": ("linear", "activation"),
+        "cnn": ("conv_bn", "activation", "linear")}
 
 
 def check_mixes_match_builtin(task: str, tmp_path: Path, caplog) -> None:
@@ -104,19 +104,19 @@ def test_every_cnn_mix_trains_as_the_builtin_model(tmp_path, caplog):
 
 
 def test_a_mixed_run_resumes_and_its_ops_define_it(tmp_path):
-    base = [*SHORT["cnn"], *QUIET, "ops.relu=builtin", "ops.conv_bn=builtin"]
+    base = [*SHORT["cnn"], *QUIET, "ops.activation=builtin", "ops.conv_bn=builtin"]
     whole = run(make_cfg(*base, "steps=6"), tmp_path / "whole")
     run(make_cfg(*base, "steps=3"), tmp_path / "resumed")
     saved = load(tmp_path / "resumed")["config"]["ops"]
-    assert saved == {"linear": "custom", "relu": "builtin", "conv_bn": "builtin",
+    assert saved == {"linear": "custom", "activation": "builtin", "conv_bn": "builtin",
                      "legendre_p3": "custom"}
     resumed = run(make_cfg(*base, "steps=6", f"resume={tmp_path / 'resumed'}"),
                   tmp_path / "resumed")
     assert resumed == whole
-    cfg = make_cfg(*base, "steps=9", f"resume={tmp_path / 'resumed'}", "ops.relu=custom")
+    cfg = make_cfg(*base, "steps=9", f"resume={tmp_path / 'resumed'}", "ops.activation=custom")
     with pytest.raises(ConfigError, match="the checkpoint is of a different run") as info:
         run(cfg, tmp_path / "resumed")
-    assert "ops.relu: 'builtin' in the checkpoint, 'custom' here" in str(info.value)
+    assert "ops.activation: 'builtin' in the checkpoint, 'custom' here" in str(info.value)
 
 
 def test_the_ops_chosen_otherwise_than_impl_are_swapped_in():
@@ -127,10 +127,10 @@ def test_the_ops_chosen_otherwise_than_impl_are_swapped_in():
     from models.layers import Linear, ReLU
     from models.swap import ReLUCall
 
-    cfg = make_cfg(*SHORT["mlp"], "ops.relu=builtin", "ops.conv_bn=builtin")
+    cfg = make_cfg(*SHORT["mlp"], "ops.activation=builtin", "ops.conv_bn=builtin")
     ops = resolve_ops(cfg.ops, torch.device("cpu"), torch.float32)
     chosen = swaps(ops, cfg.impl.value, "mlp")
-    assert chosen == {"relu": torch.relu}  # conv_bn is not the mlp's; linear follows impl
+    assert chosen == {"activation": torch.relu}  # conv_bn is not the mlp's; linear follows impl
     model = build_task(cfg.task, "custom", torch.device("cpu"), torch.float32, 0, chosen).model
     assert [type(m) for m in model] == [Linear, ReLUCall, Linear, ReLUCall, Linear]
     assert all(m.fn is torch.relu for m in model if isinstance(m, ReLUCall))

@@ -55,4 +55,4 @@ def build(
     return CNNTask(cfg, impl, device, dtype, generator)
 
 
-SPEC = TaskSpec("cnn", CNNConfig, check, build, ops=("conv_bn", "relu", "linear"))
+SPEC = TaskSpec("cnn", CNNConfig, check, build, ops=("conv_bn", "activation", "linear"))

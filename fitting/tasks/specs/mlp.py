@@ -59,4 +59,4 @@ def build(
     return MLPTask(cfg, impl, device, dtype, generator)
 
 
-SPEC = TaskSpec("mlp", MLPConfig, check, build, ops=("linear", "relu"))
+SPEC = TaskSpec("mlp", MLPConfig, check, build, ops=("linear", "activation"))
