@@ -7,14 +7,13 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .layers import FusedConvBN2d, Linear, ReLU
+from .layers import FusedConvBN2d, Impl, Linear, ReLU
 
 
 class CurveCNN(nn.Module):
-    """[FusedConvBN2d 3x3 → ReLU → 2x2 max-pool] per entry of `channels`, then an MLP head.
-
-    Every FusedConvBN2d, Linear and ReLU gets `impl`; max-pooling and flattening are plain torch.
-    """
+    """[FusedConvBN2d 3x3 → activation → 2x2 max-pool] per entry of `channels`, then an MLP
+    head. `impl` runs every op unless `conv_bn`, `activation` or `linear` names that op's own;
+    max-pooling and flattening are plain torch."""
 
     def __init__(
         self,
@@ -22,11 +21,17 @@ class CurveCNN(nn.Module):
         channels: Sequence[int] = (8, 16),
         hidden: int = 64,
         out_features: int = 4,
-        impl: str = "custom",
+        impl: Impl = "custom",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        conv_bn: Impl | None = None,
+        activation: Impl | None = None,
+        linear: Impl | None = None,
     ) -> None:
         super().__init__()
+        conv_bn, activation, linear = (impl if op is None else op
+                                       for op in (conv_bn, activation, linear))
         if len(channels) < 1 or image_size % 2 ** len(channels):
             raise ValueError(
                 f"CurveCNN: image_size={image_size} must be divisible by 2**len(channels)"
@@ -37,8 +42,8 @@ class CurveCNN(nn.Module):
         in_ch = 1
         for out_ch in channels:
             blocks += [
-                FusedConvBN2d(in_ch, out_ch, 3, padding=1, impl=impl, **factory),
-                ReLU(impl=impl),
+                FusedConvBN2d(in_ch, out_ch, 3, padding=1, impl=conv_bn, **factory),
+                ReLU(impl=activation),
                 nn.MaxPool2d(2),
             ]
             in_ch = out_ch
@@ -46,9 +51,9 @@ class CurveCNN(nn.Module):
         side = image_size // 2 ** len(channels)
         self.head = nn.Sequential(
             nn.Flatten(),
-            Linear(in_ch * side * side, hidden, impl=impl, **factory),
-            ReLU(impl=impl),
-            Linear(hidden, out_features, impl=impl, **factory),
+            Linear(in_ch * side * side, hidden, impl=linear, **factory),
+            ReLU(impl=activation),
+            Linear(hidden, out_features, impl=linear, **factory),
         )
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

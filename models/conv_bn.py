@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .ops._checks import check_impl
+from .ops._checks import check_impl, impl_name
 from .ops.conv_bn_checks import check_padding, check_pair, check_param_dtype
 from .ops.fused_conv_bn import fused_conv_bn2d
 
@@ -88,7 +88,7 @@ class FusedConvBN2d(nn.Module):
         return self
 
     def _init_children(self, conv: nn.Conv2d, bn: nn.BatchNorm2d, impl: str) -> None:
-        check_impl(NAME, impl)
+        check_impl(NAME, impl, function_ok=True)
         self.impl = impl
         self.add_module("0", conv)
         self.add_module("1", bn)
@@ -108,10 +108,12 @@ class FusedConvBN2d(nn.Module):
         return conv_bn_forward(self.conv, self.bn, x, self._op)
 
     def _op(self, *args: object) -> torch.Tensor:
+        if callable(self.impl):
+            return self.impl(*args)
         return fused_conv_bn2d(*args, impl=self.impl)
 
     def extra_repr(self) -> str:
-        return f"impl={self.impl!r}"
+        return f"impl={impl_name(self.impl)}"
 
 
 def conv_bn_forward(

@@ -5,23 +5,31 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .layers import Impl
 from .ops import legendre_p3
+from .ops._checks import check_impl, impl_name
+
+
+# The tutorial's starting point: y = -P3(0.3 x).
+TUTORIAL_START = {"a": 0.0, "b": -1.0, "c": 0.0, "d": 0.3}
 
 
 class Poly3(nn.Module):
-    """y = a + b * P3(c + d x), P3 the Legendre polynomial of degree 3 (custom op or its twin)."""
+    """y = a + b * P3(c + d x), P3 the Legendre polynomial of degree 3: the custom op, its twin
+    or any function of x (`impl`)."""
 
     def __init__(
         self,
-        a: float = 0.0,
-        b: float = -1.0,
-        c: float = 0.0,
-        d: float = 0.3,
-        impl: str = "custom",
+        a: float = TUTORIAL_START["a"],
+        b: float = TUTORIAL_START["b"],
+        c: float = TUTORIAL_START["c"],
+        d: float = TUTORIAL_START["d"],
+        impl: Impl = "custom",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        check_impl("Poly3", impl, function_ok=True)
         self.impl = impl
         factory = {"device": device, "dtype": dtype}
         self.a = nn.Parameter(torch.tensor(a, **factory))
@@ -31,7 +39,9 @@ class Poly3(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """a + b * P3(c + d x), elementwise."""
-        return self.a + self.b * legendre_p3(self.c + self.d * x, self.impl)
+        z = self.c + self.d * x
+        p3 = self.impl(z) if callable(self.impl) else legendre_p3(z, self.impl)
+        return self.a + self.b * p3
 
     def formula(self, digits: int = 5) -> str:
         """The current fit as text, e.g. 'y = 0.0 + -2.2085 * P3(0.0 + 0.25549 x)'."""
@@ -39,4 +49,4 @@ class Poly3(nn.Module):
         return f"y = {a} + {b} * P3({c} + {d} x)"
 
     def extra_repr(self) -> str:
-        return f"impl={self.impl!r}"
+        return f"impl={impl_name(self.impl)}"

@@ -10,10 +10,21 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _STRIDED = torch.strided
 
 
-def check_impl(op: str, impl: str) -> None:
-    """Raise ValueError unless `impl` is 'custom' or 'builtin'."""
+def check_impl(op: str, impl: object, function_ok: bool = False) -> None:
+    """Raise ValueError unless `impl` is 'custom' or 'builtin' (or, `function_ok`, a callable
+    taking the op's arguments: a layer then runs its op through it)."""
+    if function_ok and callable(impl):
+        return
     if impl not in IMPLS:
-        raise ValueError(f"{op}: impl must be one of {IMPLS}, got {impl!r}")
+        also = " or a function of the op's arguments" if function_ok else ""
+        raise ValueError(f"{op}: impl must be one of {IMPLS}{also}, got {impl!r}")
+
+
+def impl_name(impl: object) -> str:
+    """How a layer's repr names its impl: 'custom', 'builtin' or the function's name."""
+    if isinstance(impl, str):
+        return repr(impl)
+    return getattr(impl, "__qualname__", None) or getattr(impl, "__name__", None) or repr(impl)
 
 
 def check_float_tensor(op: str, name: str, t: object) -> None:
