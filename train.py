@@ -1,17 +1,27 @@
 """Entry point: `python train.py [overrides]`; see `python train.py --help`."""
 
 import logging
+import signal
 import sys
-from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.errors import CompactHydraException
-from hydra.types import RunMode
-from omegaconf import DictConfig
 
-import fitting.config  # noqa: F401  (registers the config schemas before Hydra composes)
-from fitting.train.validate import ConfigError
+def _interrupted_early(signum, frame) -> None:
+    """Ctrl-C while the app loads: one line, not an import's traceback."""
+    print("interrupted by SIGINT before training started (nothing to resume)", file=sys.stderr)
+    sys.exit(128 + signum)
+
+
+signal.signal(signal.SIGINT, _interrupted_early)
+
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.errors import CompactHydraException  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+import fitting.config  # noqa: E402, F401  (registers the config schemas before Hydra composes)
+from fitting.checks import ConfigError  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +37,12 @@ class JobFailed(CompactHydraException):
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     """Train with the composed config; return the final loss for Hydra sweepers."""
+    from fitting.train.run import run
+    from fitting.train.signals import Interrupted, RunStopped
+
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if cfg.resume is not None:
             if multirun:
@@ -36,28 +50,22 @@ def main(cfg: DictConfig) -> float:
             from fitting.train.resume import resume_config
 
             cfg = resume_config(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices)
-        from fitting.train.write_errors import raise_log_write_errors
-
-        raise_log_write_errors()  # train.log failing to write stops the run as any other write
-        from fitting.train.run import run  # validates cfg before torch loads
-
-        loss = run(cfg, hydra_cfg.runtime.output_dir)
+        return run(cfg, hydra_cfg.runtime.output_dir)
     except ConfigError as err:
         fail(f"config error: {err}", CONFIG_ERROR_EXIT, multirun)
-    except Exception as err:
-        from fitting.train.signals import Interrupted, RunStopped
-        from fitting.train.write_errors import WriteFailed, write_failure
+    except KeyboardInterrupt:
+        fail("interrupted by SIGINT before training started (nothing to resume)", 130, False)
+    except RunStopped as err:
+        # An interrupted sweep stops (that is what Ctrl-C asks); a diverged job fails alone.
+        fail(str(err), err.exit_code, multirun and not isinstance(err, Interrupted))
+    except SystemExit as err:  # a user op that calls sys.exit must not end the run as a success
+        fail(f"a user op called sys.exit({err.code!r}) during the run; {user_ops(cfg)}", 1,
+             multirun)
 
-        err = write_failure(err, hydra_cfg.runtime.output_dir) or err
-        if not isinstance(err, RunStopped):
-            raise  # a bug: Hydra prints its traceback
-        # An interrupted sweep stops (that is what Ctrl-C asks), and so does one that cannot
-        # write (the next jobs would not either); a diverged job fails alone.
-        fail(str(err), err.exit_code, multirun and not isinstance(err, (Interrupted, WriteFailed)))
-    if multirun:
-        sweep_dir = Path(hydra_cfg.sweep.dir).resolve()
-        log.info("all jobs of the sweep: tensorboard --logdir %s", sweep_dir)
-    return loss
+
+def user_ops(cfg: DictConfig) -> str:
+    """The run's op choices, to name the op that may have exited."""
+    return "the run's ops: " + ", ".join(f"ops.{k}={v}" for k, v in cfg.ops.items())
 
 
 def fail(message: str, exit_code: int, job_only: bool) -> None:

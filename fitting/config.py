@@ -1,9 +1,9 @@
 """Structured-config schemas of the app, registered in Hydra's ConfigStore on import.
 
-The YAML files in `conf/` hold the values; these dataclasses hold the types, so a wrong type,
-an unknown key or an unknown enum option fails at composition with Hydra's own message. The
-schemas of the options of `task=` and `optimizer=` come with their specs (fitting.tasks.TASKS,
-fitting.optim.OPTIMIZERS); the top-level keys are here.
+These dataclasses hold the types and the defaults, so a wrong type, an unknown key or an
+unknown enum option fails at composition; the YAML files in `conf/` hold only what an option
+or a task changes. The schemas of the options of `task=` and `optimizer=` come with them
+(fitting.tasks.TASKS, fitting.optim.OPTIMIZERS); the top-level keys are here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from fitting.optim import OPTIMIZERS
 from fitting.tasks import TASKS
-from fitting.train.allocator import DEFAULT_POLICY, POLICIES
 
 # The checkout that holds train.py, conf/ and fitting/: runs go to its outputs/ whatever the cwd.
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -52,21 +51,21 @@ class LogConfig:
     figure_every: int = 1000  # figure of the fit; one is always made at the end
     val_every: int = 100  # loss/val, for tasks with a validation set
     console_every: int = 0  # a console/log line every N steps; 0 = 10 lines per run
-    # memory/peak_bytes (a step's tensor peak) on the first logged step after step 0, then on
-    # the first logged step from each multiple of N (0: only that first one). Profiling a
-    # step costs milliseconds, hence sampled; memory/peak_rss_bytes is logged at every step.
-    memory_every: int = 1000
+    # memory/peak_bytes, a step's tensor peak, on the first logged step from each multiple of N
+    # (0: off). Opt-in: it runs the step under the profiler, which costs milliseconds.
+    memory_every: int = 0
 
 
 @dataclass
 class OpsConfig:
-    """Which function runs each op: custom, builtin or <module>:<name> (models.ops.choice);
-    each follows `impl` unless given, so impl= flips all and ops.<op>= one."""
+    """Which function runs each op slot: custom, builtin, <module>:<name> (models.ops.choice)
+    or a function with arguments in Hydra's form ({_target_: ..., _partial_: true, ...}); each
+    follows `impl` unless given, so impl= flips all and ops.<slot>= one."""
 
-    linear: str = "${impl}"
-    activation: str = "${impl}"
-    conv_bn: str = "${impl}"
-    legendre_p3: str = "${impl}"
+    linear: Any = "${impl}"
+    activation: Any = "${impl}"
+    conv_bn: Any = "${impl}"
+    legendre_p3: Any = "${impl}"
 
 
 @dataclass
@@ -79,10 +78,6 @@ class CkptConfig:
 # What a non-finite loss or gradient does: stop the run cleanly (checkpoint, message, non-zero
 # exit) or raise FloatingPointError with its traceback (also after the checkpoint).
 OnNonFinite = Enum("OnNonFinite", {"stop": "stop", "raise": "raise"})
-
-# The CPU heap allocator policy, set at start-up: fitting/train/allocator.py, measured in
-# docs/benchmarks.md.
-Allocator = Enum("Allocator", {name: name for name in POLICIES})
 
 
 @dataclass
@@ -105,12 +100,11 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     ckpt: CkptConfig = field(default_factory=CkptConfig)
     on_nonfinite: OnNonFinite = OnNonFinite.stop
-    allocator: Allocator = Allocator[DEFAULT_POLICY]
     # torch.use_deterministic_algorithms(True) (and a cuBLAS workspace setting on CUDA): CUDA
     # runs become repeatable or fail on an op without a deterministic kernel. CPU runs are
     # repeatable without it.
     deterministic: bool = False
-    # torch.profiler over a few steps after a warm-up: a Chrome trace (profile_trace.json, opens
+    # torch.profiler over a few steps after a warm-up: a Chrome trace (profile.pt.trace.json, opens
     # in Perfetto) in the run dir and the top ops by self CPU time in the run's log.
     profile: bool = False
     # A run dir to continue from its checkpoint.pt, in that dir (python train.py resume=DIR).
@@ -119,8 +113,8 @@ class Config:
 
 def schemas() -> dict[str, type]:
     """The option schemas by ConfigStore name; each conf/<group>/<name>.yaml names its own."""
-    out = {f"schema_task_{name}": spec.schema for name, spec in TASKS.items()}
-    out.update({f"schema_optimizer_{name}": spec.schema for name, spec in OPTIMIZERS.items()})
+    out = {f"schema_task_{name}": option.schema for name, option in TASKS.items()}
+    out.update({f"schema_optimizer_{name}": o.schema for name, o in OPTIMIZERS.items()})
     return out
 
 

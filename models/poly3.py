@@ -9,7 +9,6 @@ from .layers import Impl
 from .ops import legendre_p3
 from .ops._checks import check_impl, impl_name
 
-
 # The tutorial's starting point: y = -P3(0.3 x).
 TUTORIAL_START = {"a": 0.0, "b": -1.0, "c": 0.0, "d": 0.3}
 

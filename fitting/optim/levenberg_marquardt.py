@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from fitting.checks import ConfigError
+from fitting.optim.option import MAX_PARAMS
 from fitting.optim.second_order import ResidualFn, SecondOrderOptimizer, damping_scale, step_stats
 
 SCALINGS = ("marquardt", "levenberg")
@@ -48,7 +49,7 @@ class LevenbergMarquardt(SecondOrderOptimizer):
         scaling: str = "marquardt",
         max_tries: int = 10,
         chunk_size: int = 64,
-        max_params: int = 5000,
+        max_params: int = MAX_PARAMS,
         max_jacobian_numel: int = 50_000_000,
         ftol: float | None = None,
     ):

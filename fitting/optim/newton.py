@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from fitting.optim.option import MAX_PARAMS
 from fitting.optim.second_order import ResidualFn, SecondOrderOptimizer, damping_scale, step_stats
 
 
@@ -45,7 +46,7 @@ class Newton(SecondOrderOptimizer):
         factor: float = 10.0,
         max_tries: int = 20,
         chunk_size: int | None = 32,
-        max_params: int = 1000,
+        max_params: int = MAX_PARAMS,
         ftol: float | None = None,
     ):
         defaults = dict(

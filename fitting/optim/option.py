@@ -1,14 +1,10 @@
-"""What an optimizer option is: its spec (schema, checks, builder, loop hooks), the stop settings
-every optimizer has, and the record of one step the hooks read.
-
-Torch is imported only by the builders and hooks: config.py registers the schemas and validate.py
-runs the checks before torch loads.
-"""
+"""What an optimizer option (optimizer=<name>) is: its schema, range checks and builder, and the
+stop settings every optimizer has."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker
@@ -18,6 +14,10 @@ if TYPE_CHECKING:
     from torch import nn
 
     from fitting.tasks import Task
+
+# The largest n of the n×n Hessian (newton) or JᵀJ (lm) the second-order optimizers take by
+# default: 4353 parameters (the default mlp) took ~2 s a step.
+MAX_PARAMS = 1000
 
 
 @dataclass
@@ -29,48 +29,21 @@ class StopConfig:
     rtol: float | None = None  # None: 4 eps of the dtype, i.e. no change beyond rounding
 
 
-@dataclass
-class StepStats:
-    """What the loop's closure saw during one optimizer step (it may run several times: lbfgs)."""
-
-    # The loop logs this step: the closure counts the bytes its forward saves for backward
-    # (`saved_bytes`, else 0) and the finiteness check computes ‖∇loss‖ (`grad_norm`).
-    logged: bool = False
-    evals: int = 0
-    saved_bytes: int = 0
-    grad_norm: float | None = None
-    # The gradients of the first evaluation, at the parameters the step started from (in the
-    # order of the optimizer's parameters).
-    first_grads: list[torch.Tensor | None] = field(default_factory=list)
-
-
-def no_hook(*args: Any) -> None:
-    """A hook with nothing to do."""
-
-
-def no_scalars(optimizer: torch.optim.Optimizer, stats: StepStats) -> dict[str, float]:
-    """No scalars beyond those the loop logs for every optimizer."""
-    return {}
-
-
 def describe_lr(cfg: Any) -> str:
     """The start-up line's optimizer part: the name and its learning rate."""
     return f"{cfg.name} lr={cfg.lr:g}"
 
 
 @dataclass(frozen=True)
-class OptimizerSpec:
-    """optimizer=<name>: everything the app knows about one optimizer.
+class OptimizerOption:
+    """optimizer=<name>: `schema` is its config dataclass (every schema has `name`, `lr` and
+    `stop`; its defaults are the option's defaults), `check(cfg, checker)` adds its out-of-range
+    values (lr and stop are checked for all), `build(cfg, model, task)` makes the optimizer.
+    `takes_lr` False: a set optimizer.lr is a config error, and lr is not among the hparams.
 
-    `schema` is its config dataclass (conf/optimizer/<name>.yaml fills it; every schema has
-    `name`, `lr` and `stop`); `check(cfg, checker)` adds its out-of-range values (lr and stop are
-    checked for all); `build(cfg, model, task)` makes the torch optimizer. `takes_lr` False: a
-    set optimizer.lr is a config error, and lr is not among the run's hparams.
-
-    The loop calls the hooks around each `optimizer.step(closure)`: `prepare_batch(optimizer,
-    task, batch)` before it, `after_step(optimizer, stats)` right after it, and adds
-    `extra_scalars(optimizer, stats)` to the step's logged scalars.
-    """
+    The training loop only calls `optimizer.step(closure)`: an optimizer with special needs
+    (a line search, second-order steps) meets them inside its own step. One that has numbers
+    of its own to log keeps them in `optimizer.last_stats` (logged as optim/<key>)."""
 
     name: str
     schema: type
@@ -78,6 +51,3 @@ class OptimizerSpec:
     check: Callable[[Any, Checker], None]
     build: Callable[[Any, nn.Module, Task], torch.optim.Optimizer]
     describe: Callable[[Any], str] = describe_lr
-    prepare_batch: Callable[[torch.optim.Optimizer, Task, Any], None] = no_hook
-    after_step: Callable[[torch.optim.Optimizer, StepStats], None] = no_hook
-    extra_scalars: Callable[[torch.optim.Optimizer, StepStats], dict[str, float]] = no_scalars

@@ -38,7 +38,7 @@ class CNNTask:
     def __init__(
         self,
         cfg: Any,
-        impl: str,
+        ops: dict,
         device: torch.device,
         dtype: torch.dtype,
         generator: torch.Generator,
@@ -56,8 +56,8 @@ class CNNTask:
         self.batch_size = cfg.batch_size
         self.image_size = cfg.image_size
         self.generator = generator  # continues after the data: the same minibatches every run
-        self.model = CurveCNN(cfg.image_size, list(cfg.channels), impl=impl, device=device,
-                              dtype=dtype)
+        self.model = CurveCNN(cfg.image_size, list(cfg.channels), device=device, dtype=dtype,
+                              **ops)
 
     def batch(self, step: int) -> Batch:
         """A random minibatch (with replacement across steps) of the training images."""
@@ -83,7 +83,7 @@ class CNNTask:
         # One conv per conv-BN block, whichever function (ops.conv_bn) runs the block.
         blocks = sum(1 for m in model.features.modules() if isinstance(m, torch.nn.Conv2d))
         n_params = sum(p.numel() for p in model.parameters())
-        return f"CurveCNN with {blocks} FusedConvBN2d blocks, {n_params} parameters"
+        return f"CurveCNN with {blocks} conv-BN blocks, {n_params} parameters"
 
     def predicted_params(self, model: CurveCNN, images: torch.Tensor) -> torch.Tensor:
         """(a, b, c, d) predicted for `images` in their own units, float64 on the CPU."""

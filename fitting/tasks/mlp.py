@@ -32,7 +32,7 @@ class MLPTask:
     def __init__(
         self,
         cfg: Any,
-        impl: str,
+        ops: dict,
         device: torch.device,
         dtype: torch.dtype,
         generator: torch.Generator,
@@ -46,7 +46,7 @@ class MLPTask:
         self.data: Batch = _column(x, y, device, dtype)
         self.val: Batch = _column(x_val, f(x_val), device, dtype)
         self.noise = cfg.noise
-        self.model = MLP(1, list(cfg.hidden), 1, impl=impl, device=device, dtype=dtype)
+        self.model = MLP(1, list(cfg.hidden), 1, device=device, dtype=dtype, **ops)
 
     def batch(self, step: int) -> Batch:
         """The whole training set, every step."""

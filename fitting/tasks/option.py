@@ -1,4 +1,4 @@
-"""What a task option is (TaskSpec: schema, checks, builder) and what the training loop needs
+"""What a task option is (TaskOption: schema, checks, builder) and what the training loop needs
 from the task it builds (Task). No torch here: validate.py runs the checks before torch loads."""
 
 from __future__ import annotations
@@ -54,18 +54,19 @@ def squared_error(residuals: torch.Tensor, reduction: str) -> torch.Tensor:
     return sq.sum() if reduction == "sum" else sq.mean()
 
 
-# build(cfg_task, impl, device, dtype, generator): the task, its data drawn from `generator`.
-TaskBuilder = Callable[[Any, str, "torch.device", "torch.dtype", "torch.Generator"], Task]
+# build(cfg_task, ops, device, dtype, generator): the task, its model running the functions
+# `ops` maps its slots to, its data drawn from `generator`.
+TaskBuilder = Callable[[Any, dict, "torch.device", "torch.dtype", "torch.Generator"], Task]
 
 
 @dataclass(frozen=True)
-class TaskSpec:
-    """task=<name>: `schema` is its config dataclass (conf/task/<name>.yaml fills it),
-    `check(cfg, checker)` adds its out-of-range values, `build` makes the Task; `ops` are the
-    app ops its model runs (the keys of models.ops.choice.OPS its `ops.<op>=` switches)."""
+class TaskOption:
+    """task=<name>: `schema` is its config dataclass (its defaults are the task's),
+    `check(cfg, checker)` adds its out-of-range values, `build` makes the Task; `slots` are the
+    op slots its model runs (the `ops.<slot>=` keys that apply to it)."""
 
     name: str
     schema: type
     check: Callable[[Any, Checker], None]
     build: TaskBuilder
-    ops: tuple[str, ...] = ()
+    slots: tuple[str, ...] = ()

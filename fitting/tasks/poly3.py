@@ -29,7 +29,7 @@ class Poly3Task:
     full_batch = True
     residuals = staticmethod(residuals)
 
-    def __init__(self, cfg: Any, impl: str, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: Any, ops: dict, device: torch.device, dtype: torch.dtype) -> None:
         x = torch.linspace(cfg.x_min, cfg.x_max, cfg.n_points, device=device, dtype=dtype)
         self.data: Batch = (x, torch.sin(x))
         # The least-squares optimum is known in closed form on the tutorial's range: [-π, π]
@@ -37,7 +37,7 @@ class Poly3Task:
         tutorial_range = (cfg.x_min, cfg.x_max) == (-math.pi, math.pi)
         self.optimum = exact_poly3_optimum(dtype, cfg.n_points) if tutorial_range else None
         init = cfg.init
-        self.model = Poly3(init.a, init.b, init.c, init.d, impl=impl, device=device, dtype=dtype)
+        self.model = Poly3(init.a, init.b, init.c, init.d, ops["legendre_p3"], device, dtype)
 
     def batch(self, step: int) -> Batch:
         """The whole data set, every step."""

@@ -1,8 +1,7 @@
 """The figures of a fit, drawn from plain data (NumPy arrays, strings): matplotlib only.
 
-No torch here: the tasks turn their tensors into a FigureSpec, and this module draws it, in
-TBLogger's drawing process (which then never imports torch). matplotlib is imported when the
-first figure is drawn, or ahead by `preload`.
+No torch here: the tasks turn their tensors into a FigureSpec, and this module draws it with
+matplotlib's Agg canvas (no display needed), imported when the first figure is drawn.
 """
 
 from __future__ import annotations
@@ -77,12 +76,6 @@ def curve_images(
     return fig
 
 
-def preload() -> None:
-    """Import what drawing needs, ahead of the first figure."""
-    import matplotlib.backends.backend_agg  # noqa: F401
-    import matplotlib.figure  # noqa: F401
-
-
 KINDS = {"line_fit": line_fit, "curve_images": curve_images}
 
 
@@ -106,6 +99,15 @@ def write_png(spec: FigureSpec, path: str | Path) -> Png:
     buffer = io.BytesIO()
     canvas.print_png(buffer)
     png = buffer.getvalue()
-    Path(path).write_bytes(png)
+    # Written whole or not at all: a full disk leaves no empty or torn PNG behind.
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(png)
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        err.filename = err.filename or str(path)
+        raise
     width, height = canvas.get_width_height(physical=True)
     return Png(png, height, width)

@@ -3,29 +3,19 @@
 - Tensor peak (`step_peak`): the most bytes of tensors the step had allocated at once beyond
   those live when it started. On CUDA from `torch.cuda.max_memory_allocated`; on the CPU from
   the allocation and free records of `torch.autograd.profiler.profile(profile_memory=True)`,
-  summed in time order. (`torch.profiler.profile` would do the same, but it imports
-  torch._inductor on start, seconds of start-up.)
+  summed in time order. Profiling a step costs milliseconds, so it is opt-in
+  (log.memory_every), and the profiler prints its start/stop lines on stderr.
 - Peak RSS (`peak_rss_bytes`): the kernel's high-water mark of the process's resident memory,
-  VmHWM of /proc/self/status on Linux, `getrusage(RUSAGE_SELF).ru_maxrss` elsewhere. Not
-  ru_maxrss on Linux: it survives exec, so a process started from a bigger one (a benchmark's
-  child, a test's subprocess) reports its parent's peak. It only grows: it is the run's peak
-  so far, whatever step made it.
-
-Profiling a step costs a few milliseconds, so the training loop measures the tensor peak on
-sampled steps only (`StepMemory`); reading the peak RSS is free and done at every logged step.
+  VmHWM of /proc/self/status on Linux (not getrusage's ru_maxrss, which survives exec, so a
+  process started from a bigger one reports its parent's peak), ru_maxrss elsewhere.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -36,8 +26,6 @@ except ImportError:  # Windows: no getrusage
 
 PEAK_TAG = "memory/peak_bytes"
 RSS_TAG = "memory/peak_rss_bytes"
-MIB = 1 << 20
-_MEMORY_EVENT = "[memory]"
 
 
 @dataclass
@@ -76,91 +64,44 @@ def step_peak(device: torch.device | str) -> Iterator[Peak]:
         torch.cuda.synchronize(device)
         peak.bytes = torch.cuda.max_memory_allocated(device) - base
         return
-    prof = torch.autograd.profiler.profile(use_cpu=True, profile_memory=True)
-    # The profiler's C++ side prints start/stop lines (and a warning about blocks allocated
-    # before it started) on every session: noise in a training run's output.
-    with quiet_native_stderr():
-        prof.__enter__()
-        try:
-            yield peak
-        finally:
-            prof.__exit__(None, None, None)
-    peak.bytes = _cpu_peak(prof)
-
-
-def _cpu_peak(prof: torch.autograd.profiler.profile) -> int:
-    """Highest running total of the CPU allocations minus frees a profile recorded."""
-    # The chrome trace is the public form of the allocation records (bytes, in time order).
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    records = sorted(
-        (e["ts"], e["args"]["Bytes"])
-        for e in events
-        if e.get("name") == _MEMORY_EVENT and e["args"].get("Device Type", 0) == 0
-    )
-    running = peak = 0
-    for _, nbytes in records:
+    with torch.autograd.profiler.profile(use_cpu=True, profile_memory=True) as prof:
+        yield peak
+    running = 0
+    for _, nbytes in _cpu_records(prof):
         running += nbytes
-        peak = max(peak, running)
-    return peak
+        peak.bytes = max(peak.bytes, running)
 
 
-@contextmanager
-def quiet_native_stderr() -> Iterator[None]:
-    """Send what native code writes to file descriptor 2 to /dev/null inside the block; Python's
-    own `sys.stderr` (warnings, tracebacks) keeps printing where it did."""
-    try:
-        sys.stderr.flush()
-        python_on_fd2 = sys.stderr.fileno() == 2
-    except (AttributeError, OSError, ValueError):  # replaced by an object without a file
-        python_on_fd2 = False
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
-    before = sys.stderr
-    if python_on_fd2:
-        sys.stderr = open(saved, "w", closefd=False, encoding=before.encoding, errors="replace")
-    try:
-        yield
-    finally:
-        if python_on_fd2:
-            sys.stderr.flush()
-            sys.stderr = before
-        os.dup2(saved, 2)
-        os.close(saved)
+def _cpu_records(prof: torch.autograd.profiler.profile) -> list[tuple[int, int]]:
+    """(time, bytes) of the CPU allocations (+) and frees (−) the profile recorded, in order."""
+    return sorted(
+        (event.start_ns(), event.nbytes())
+        for event in prof.kineto_results.events()
+        if event.name() == "[memory]" and str(event.device_type()).endswith("CPU")
+    )
 
 
 @dataclass
 class StepMemory:
-    """Which steps of a run get their tensor peak measured, and what was measured.
-
-    Sampled: the first logged step from step `first` on (default 1: step 0 allocates the
-    optimizer's state, a one-off), then the first logged step at or after each multiple of
-    `every` (0: no more).
-    """
+    """Which steps get their tensor peak measured (the first logged step from each multiple of
+    `every`; 0: none), and what was measured."""
 
     device: torch.device
     every: int
-    first: int = 1
     peaks: dict[int, int] = field(default_factory=dict)  # step -> peak tensor bytes
-
-    def __post_init__(self) -> None:
-        self._next = self.first
+    _next: float = 1  # step 0 allocates the optimizer's state, a one-off
 
     @contextmanager
     def measure(self, step: int, logged: bool) -> Iterator[None]:
         """Measure the tensor peak of the block if `step` is sampled (`logged`: the loop logs
         this step)."""
-        if not (logged and step >= self._next):
+        if not (self.every and logged and step >= self._next):
             yield
             return
         with step_peak(self.device) as peak:
             yield
         self.peaks[step] = peak.bytes
-        self._next = (step // self.every + 1) * self.every if self.every else math.inf
+        self._next = (step // self.every + 1) * self.every
 
     def scalars(self, step: int) -> dict[str, float]:
         """The memory tags to log at `step`: peak RSS so far, and the tensor peak if sampled."""
@@ -168,23 +109,6 @@ class StepMemory:
         if step in self.peaks:
             values[PEAK_TAG] = float(self.peaks[step])
         return values
-
-    @property
-    def peak_bytes(self) -> int | None:
-        """The highest tensor peak of the sampled steps (None before any was measured)."""
-        return max(self.peaks.values(), default=None)
-
-
-def describe_memory(memory: StepMemory | None) -> str:
-    """The end-of-run memory line: tensor peak per step (and where sampled), peak RSS."""
-    rss = f"process peak RSS {human_bytes(peak_rss_bytes())} (getrusage ru_maxrss)"
-    if memory is None or memory.peak_bytes is None:
-        return f"memory: {rss}"
-    steps = ", ".join(str(s) for s in memory.peaks)
-    return (
-        f"memory: tensor peak per step {human_bytes(memory.peak_bytes)} above the step's "
-        f"start (max over sampled steps {steps}); {rss}"
-    )
 
 
 def human_bytes(nbytes: float) -> str:
@@ -194,3 +118,4 @@ def human_bytes(nbytes: float) -> str:
             return f"{nbytes:.0f} B" if unit == "B" else f"{nbytes:.1f} {unit}"
         nbytes /= 1024
     return f"{nbytes:.2f} GiB"
+

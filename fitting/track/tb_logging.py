@@ -6,19 +6,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
-from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fitting.track.figure_worker import figure_drawer, forget_drawer
-from fitting.track.thread_errors import writer_threads
-
 if TYPE_CHECKING:
-    from fitting.track.figures import FigureSpec, Png
+    from fitting.track.figures import FigureSpec
 
 
 # The event file is flushed at least this often, so a TensorBoard watching the run keeps up.
@@ -38,22 +33,11 @@ METRIC_COLUMNS = ("final/loss", "final/val_loss", "final/step_ms", "final/saved_
 HPARAM_AXES = ("impl", "task")
 
 
-class Figure(NamedTuple):
-    """A figure sent to the drawing process: its PNG once drawn, and where it goes."""
-
-    png: Future[Png]
-    tag: str
-    step: int
-    spec: FigureSpec
-    path: Path
-
-
 class TBLogger:
     """A SummaryWriter on `log_dir`, closed (hence flushed) when the `with` block exits.
 
     `purge_step` (resuming a run): TensorBoard drops the events the run wrote at that step or
-    later before this writer, in its earlier event files. Figures are drawn in a worker process
-    and logged in this one, in order, once drawn."""
+    later before this writer, in its earlier event files."""
 
     def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
         # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
@@ -61,14 +45,11 @@ class TBLogger:
 
         self.log_dir = Path(log_dir)
         wait_past_event_files(self.log_dir)
-        with writer_threads(self.log_dir):  # a failed write is raised here, not printed there
-            self.writer = SummaryWriter(
-                log_dir=str(self.log_dir), max_queue=1000, flush_secs=FLUSH_SECONDS,
-                purge_step=purge_step,
-            )
+        self.writer = SummaryWriter(
+            log_dir=str(self.log_dir), max_queue=1000, flush_secs=FLUSH_SECONDS,
+            purge_step=purge_step,
+        )
         self._layout_written = False
-        self._drawer = figure_drawer()
-        self._figures: list[Figure] = []  # submitted, not yet logged, in submission order
 
     def __enter__(self) -> TBLogger:
         return self
@@ -82,17 +63,14 @@ class TBLogger:
         self.close()
 
     def close(self) -> None:
-        """Wait for the figures, flush every event to disk and close the event file."""
+        """Flush every event to disk and close the event file."""
         try:
             self.flush()
         finally:
             self.writer.close()
 
     def flush(self) -> None:
-        """Wait until every figure is drawn and logged and every event is on disk.
-
-        A figure that failed to draw raises its error here."""
-        self._log_figures(wait=True)
+        """Write every event logged so far to disk."""
         self.writer.flush()
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
@@ -125,42 +103,17 @@ class TBLogger:
                 self.writer.add_histogram(f"grads/{name}", p.grad.detach().float().cpu(), step)
 
     def figure(self, tag: str, spec: FigureSpec, step: int, png_path: str | Path) -> None:
-        """Draw `spec` into `png_path` (in the drawing process) and log it as image `tag` at
-        `step` once drawn: at the latest on the next flush."""
-        path = Path(png_path).absolute()  # the run's working directory, not the worker's
-        self._figures.append(Figure(self._submit(spec, path), tag, step, spec, path))
-        self._log_figures(wait=False)
-
-    def _submit(self, spec: FigureSpec, path: Path) -> Future[Png]:
-        """`spec` sent to the drawing process (a failed future if that process has died:
-        _log_figures then draws it here)."""
-        from fitting.track.figures import write_png
-
-        try:
-            return self._drawer.submit(write_png, spec, path)
-        except BrokenProcessPool as err:
-            failed: Future[Png] = Future()
-            failed.set_exception(err)
-            return failed
-
-    def _log_figures(self, wait: bool) -> None:
-        """Log the figures drawn so far, in order (`wait`: all of them, waiting for them)."""
+        """Draw `spec` into `png_path` and log that PNG as image `tag` at `step`."""
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        while self._figures and (wait or self._figures[0].png.done()):
-            figure = self._figures.pop(0)
-            try:
-                png = figure.png.result()
-            except BrokenProcessPool:  # the worker died (killed, out of memory): draw here
-                from fitting.track.figures import write_png
+        from fitting.track.figures import write_png
 
-                forget_drawer(self._drawer)
-                png = write_png(figure.spec, figure.path)
-            # Logged as drawn: add_image takes pixels, and would encode them again.
-            image = Summary.Image(height=png.height, width=png.width, colorspace=4,
-                                  encoded_image_string=png.data)
-            summary = Summary(value=[Summary.Value(tag=figure.tag, image=image)])
-            self.writer.file_writer.add_summary(summary, figure.step)
+        png = write_png(spec, png_path)
+        # Logged as written: add_image takes pixels, and would encode them again.
+        image = Summary.Image(height=png.height, width=png.width, colorspace=4,
+                              encoded_image_string=png.data)
+        self.writer.file_writer.add_summary(
+            Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
     def hparams(self, hparams: dict[str, Any], metrics: dict[str, float], step: int) -> None:
         """Log hparams and final metrics (as scalars at `step`) into this run itself.

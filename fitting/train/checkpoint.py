@@ -1,8 +1,8 @@
 """checkpoint.pt: all a run needs to continue bit-identically, written atomically, loaded safely.
 
 It holds the model's and the optimizer's state_dict, the task's data order (cnn's minibatch
-generator), the loop's own state (LoopState), the torch/numpy/python RNG states and the run's
-config as a plain dict: tensors, dicts, lists and primitives only, so `torch.load(...,
+generator), the run's state (fitting.train.loop.RunState), the torch/numpy/python RNG states
+and the run's config as a plain dict: tensors, dicts, lists and primitives only, so `torch.load(...,
 weights_only=True)` reads it without running code from the file.
 """
 
@@ -13,7 +13,7 @@ import io
 import os
 import random
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +28,12 @@ from fitting.train.checkpoint_errors import (
     does_not_fit,
     unreadable,
 )
+from fitting.train.loop import RunState
 from fitting.train.validate import CHECKPOINT
 
-# The payload's layout: bump it when the payload changes (its keys, LoopState's fields, the
+# The payload's layout: bump it when the payload changes (its keys, RunState's fields, the
 # config's keys), so that an older checkpoint is refused in one line, not with a KeyError.
-FORMAT = 1
-
-
-@dataclass
-class LoopState:
-    """The training loop's own state after `step` steps: what the stop rule and the run's
-    summary (FitResult) need besides the model and the optimizer."""
-
-    step: int = 0
-    step_ms: list[float] = field(default_factory=list)
-    figures: list[str] = field(default_factory=list)
-    val_loss: float | None = None
-    losses: list[float] = field(default_factory=list)  # the last two steps' losses
-    quiet: int = 0  # StopRule's count of quiet steps
-    previous: float | None = None  # StopRule's last loss
-    wall_s: float = 0.0  # training time before this session
+FORMAT = 2
 
 
 class Checkpointer:
@@ -59,13 +45,14 @@ class Checkpointer:
     ) -> None:
         self.path = Path(run_dir) / CHECKPOINT
         self.every, self.config = every, config
+        self.saved_step: int | None = None  # the step of the last checkpoint written
         self.task, self.optimizer = task, optimizer
 
     def due(self, steps_done: int) -> bool:
         """Whether a periodic checkpoint is due after `steps_done` steps."""
         return self.every > 0 and steps_done % self.every == 0
 
-    def save(self, state: LoopState, status: str) -> None:
+    def save(self, state: RunState, status: str) -> None:
         """Write the checkpoint after `state.step` steps; `status` says why (running,
         interrupted, diverged, completed, converged)."""
         payload = {
@@ -76,10 +63,11 @@ class Checkpointer:
             "model": self.task.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "task": task_state(self.task),
-            "loop": dict(vars(state), step_ms=torch.tensor(state.step_ms, dtype=torch.float64)),
+            "loop": {k: v for k, v in asdict(state).items() if k != "step_ms"},
             "rng": rng_states(),
         }
         save_atomic(payload, self.path)
+        self.saved_step = state.step
 
 
 def save_atomic(payload: dict[str, Any], path: Path) -> None:
@@ -89,8 +77,8 @@ def save_atomic(payload: dict[str, Any], path: Path) -> None:
 
     No fsync: it made a write ~10x slower here (~1 ms to 5-15 ms) and only guards against an
     OS crash, not against the killed or interrupted runs this is for."""
-    # Tensors rather than long lists of numbers (step_ms, RNG states): pickling each number
-    # made a write ~4x slower.
+    # Tensors rather than long lists of numbers (the RNG states): pickling each number made a
+    # write ~4x slower.
     tmp = path.with_name(path.name + ".tmp")
     # Serialized in memory first: torch.save to a file reports a full disk as a RuntimeError
     # without the OS error; a plain write raises OSError naming the file.
@@ -139,7 +127,7 @@ def add_implied_keys(config: dict[str, Any]) -> None:
     config.setdefault("profile", False)
 
 
-def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> LoopState:
+def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> RunState:
     """Put model, optimizer, data order and RNGs back as saved; return the loop's state.
 
     CheckpointError when the checkpoint does not fit the task's model or this version's state."""
@@ -152,8 +140,7 @@ def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> LoopState:
         if generator is not None:
             generator.set_state(payload["task"]["generator"])
         set_rng_states(payload["rng"])
-        loop = payload["loop"]
-        return LoopState(**dict(loop, step_ms=loop["step_ms"].tolist()))
+        return RunState(**payload["loop"])
     except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as err:
         raise does_not_fit(path, task.name, err) from err
 

@@ -1,5 +1,6 @@
-"""The run's choice of function for each op (`ops.<op>=custom|builtin|<module>:<name>`): resolved
-and checked before anything is written, applied to the task's model, and logged."""
+"""The run's op choices, made once: each op slot of the task resolved to the function its
+model is built with (`ops.<slot>=custom|builtin|<module>:<name>` or Hydra's
+`{_target_: ..., _partial_: true, ...}`), a user's op checked before anything is written."""
 
 from __future__ import annotations
 
@@ -7,48 +8,83 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 
-from fitting.tasks import TASKS
-from fitting.train.validate import ConfigError
+from fitting.checks import ConfigError
 from models.ops.choice import OPS, OpSpecError, ResolvedOp, check_op, resolve_op
 
 BUILTIN_SPECS = ("custom", "builtin")
+# What each optimizer needs of every op beyond a forward and a backward.
+OPTIMIZER_NEEDS = {"newton": ("double_backward",), "lm": ("forward_ad",)}
+
+
+def spec_text(choice: Any) -> str:
+    """An op choice as one short string: the spec itself, or a `_target_` node as
+    `module.name(arg=value, ...)`."""
+    if not isinstance(choice, DictConfig | dict):
+        return str(choice)
+    node = OmegaConf.to_container(choice) if isinstance(choice, DictConfig) else dict(choice)
+    target = str(node.pop("_target_", "?"))
+    args = ", ".join(f"{k}={v!r}" for k, v in node.items() if not k.startswith("_"))
+    return f"{target}({args})"
 
 
 def resolve_ops(
-    cfg_ops: Any, device: torch.device, dtype: torch.dtype
+    cfg: Any, slots: tuple[str, ...], device: torch.device, dtype: torch.dtype
 ) -> dict[str, ResolvedOp]:
-    """Each op's function as `cfg_ops` names it; a user's (`<module>:<name>`) is imported and
-    called once on a reference input in `dtype` on `device`. ConfigError (one line naming the
-    key) if one does not import or does not run as its op."""
+    """Each of `slots` resolved as `cfg.ops` names it; a user's op is imported (or built from
+    its `_target_`) and called once as the model calls it, in `dtype` on `device`, and must
+    support what `cfg.optimizer` needs. ConfigError (one line naming the key) otherwise."""
+    needs = OPTIMIZER_NEEDS.get(cfg.optimizer.name, ())
     out = {}
-    for op in OPS:
-        spec = str(getattr(cfg_ops, op))
+    for slot in slots:
+        choice = cfg.ops[slot]
         try:
-            resolved = resolve_op(op, spec)
-            if spec not in BUILTIN_SPECS:
-                check_op(op, resolved.fn, spec, dtype, device)
+            resolved = _resolve(slot, choice)
+            if resolved.spec not in BUILTIN_SPECS:
+                check_op(slot, resolved.fn, resolved.spec, dtype, device, needs=needs)
         except OpSpecError as err:
             raise ConfigError(str(err)) from None
-        out[op] = resolved
+        out[slot] = resolved
     return out
 
 
-def swaps(
-    ops: dict[str, ResolvedOp], impl: str, task: str
-) -> dict[str, Callable[..., torch.Tensor]]:
-    """The functions of task `task`'s ops chosen otherwise than `impl` (its model is built with
-    `impl`; fitting.tasks.build_task swaps these in)."""
-    return {op: ops[op].fn for op in TASKS[task].ops if ops[op].spec != impl}
+def _resolve(slot: str, choice: Any) -> ResolvedOp:
+    """A string spec through models.ops.choice; a `_target_` node through Hydra."""
+    if not isinstance(choice, DictConfig):
+        return resolve_op(slot, str(choice))
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    spec = spec_text(choice)
+    if "_target_" not in choice:
+        raise OpSpecError(f"ops.{slot}={spec}: a dict needs _target_ (and _partial_: true)")
+    try:
+        fn: Callable[..., torch.Tensor] = instantiate(choice)
+    except InstantiationException as err:
+        message = " ".join(str(err).split())
+        raise OpSpecError(f"ops.{slot}={spec}: {message}") from None
+    if not callable(fn) or isinstance(fn, torch.Tensor):
+        raise OpSpecError(
+            f"ops.{slot}={spec}: built a {type(fn).__name__}, not a function; "
+            "add _partial_: true to pass the arguments to a function"
+        )
+    return ResolvedOp(slot, spec, fn)
 
 
-def user_op_lines(ops: dict[str, ResolvedOp], task: str) -> list[str]:
+def model_ops(ops: dict[str, ResolvedOp]) -> dict[str, Callable[..., torch.Tensor]]:
+    """{slot: the function the model runs}: ours or the twin for custom/builtin, else the
+    user's."""
+    return {
+        slot: getattr(OPS[slot], r.spec) if r.spec in BUILTIN_SPECS else r.fn
+        for slot, r in ops.items()
+    }
+
+
+def user_op_lines(ops: dict[str, ResolvedOp]) -> list[str]:
     """One log line per user op: its spec, source file and the file's sha256 (to reproduce the
-    run), and whether the task uses it."""
-    lines = []
-    for op, resolved in ops.items():
-        if resolved.spec in BUILTIN_SPECS:
-            continue
-        unused = "" if op in TASKS[task].ops else f" (not used by task={task})"
-        lines.append(f"{resolved.key}: source {resolved.source}, sha256 {resolved.sha256}{unused}")
-    return lines
+    run)."""
+    return [
+        f"{r.key}: source {r.source}, sha256 {r.sha256}"
+        for r in ops.values() if r.spec not in BUILTIN_SPECS
+    ]

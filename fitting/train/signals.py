@@ -7,7 +7,9 @@ import re
 import shlex
 import signal
 import threading
+from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 # Exit status of a run stopped by a non-finite loss or gradient (2 is a config error, 128+N a
 # signal, as shells report them).
@@ -59,12 +61,51 @@ class Diverged(RunStopped):
         self.step = step
 
 
-class StopSignals:
-    """Inside the block SIGINT and SIGTERM only set `received` (the loop stops after its current
-    step); a second one acts as before (e.g. KeyboardInterrupt). The handlers in place before
-    are restored on exit. Outside the main thread signals cannot be caught: nothing changes."""
+def last_checkpoint(saved_step: int | None, checkpoint: str) -> str:
+    """Where the run can be resumed from: its last checkpoint and the command, if any."""
+    if saved_step is None:
+        return "no checkpoint was written yet: start the run again"
+    run_dir = str(Path(checkpoint).parent)
+    return (f"the last good checkpoint is {checkpoint} (after step {saved_step}); resume with: "
+            f"{resume_command(run_dir)}")
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+class WriteFailed(RunStopped):
+    """The run could not write to its run dir (disk full, dir gone or read-only)."""
+
+    def __init__(self, err: OSError, saved_step: int | None, checkpoint: str) -> None:
+        what = err.strerror or str(err)
+        where = f" {err.filename}" if err.filename else ""
+        super().__init__(
+            f"could not write{where}: {what}; {last_checkpoint(saved_step, checkpoint)}",
+            WRITE_FAILED_EXIT,
+        )
+
+
+class SecondSignal(Exception):
+    """A second SIGINT/SIGTERM/SIGHUP: stop now, mid-step."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StoppedAtOnce(RunStopped):
+    """Stopped mid-step by a second signal; the last checkpoint written is what remains."""
+
+    def __init__(self, signum: int, saved_step: int | None, checkpoint: str) -> None:
+        name = signal.Signals(signum).name
+        where = last_checkpoint(saved_step, checkpoint)
+        super().__init__(f"stopped at once by a second {name}; {where}", 128 + signum)
+
+
+class StopSignals:
+    """Inside the block SIGINT, SIGTERM and SIGHUP only set `received` (the loop stops after its
+    current step, as a scheduler expects); a second one raises SecondSignal at once. The
+    handlers in place before are restored on exit. Outside the main thread signals cannot be
+    caught: nothing changes."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -87,28 +128,31 @@ class StopSignals:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        # Only a flag: logging from a signal handler can deadlock on the logging locks.
+        # Only a flag the first time: logging from a signal handler can deadlock on its locks.
         if self.received is None:
             self.received = signum
-        signal.signal(signum, self._previous[signum])
+            return
+        raise SecondSignal(signum)
 
 
 class NonFiniteStep(Exception):
     """Raised by the loop's closure, before the optimizer's update, at a non-finite loss or
-    gradient; `step` is set by the loop."""
+    gradient."""
 
     def __init__(self, what: str, loss: float) -> None:
         super().__init__(f"non-finite {what}")
-        self.what, self.loss, self.step = what, loss, -1
+        self.what, self.loss = what, loss
 
-    def describe(self, losses: list[float]) -> str:
-        """The user's message; `losses` ends with the loss of the step before."""
+    def describe(self, step: int, last_loss: float, task: Any) -> str:
+        """The user's message for the step after `step` steps, naming the op that first went
+        non-finite (fitting.train.diverged re-runs the step to find it)."""
+        from fitting.train.diverged import first_nonfinite
+
         what = f"loss ({self.loss})" if self.what == "loss" else f"gradient (loss {self.loss:.6g})"
-        last = (
-            f"last finite loss {losses[-1]:.6g} at step {self.step - 1}"
-            if losses else "no step before it"
-        )
+        last = f"last finite loss {last_loss:.6g} at step {step - 1}" if step else "the first step"
+        culprit = first_nonfinite(task, task.batch(step))
+        hint = f"; {culprit}" if culprit else "; try a smaller optimizer.lr"
         return (
-            f"non-finite {what} at step {self.step} ({last}); stopped before its update, events "
-            f"and checkpoint.pt kept up to there; try a smaller optimizer.lr"
+            f"non-finite {what} at step {step} ({last}){hint}; stopped before its update, "
+            "events and checkpoint.pt kept up to there"
         )

@@ -196,9 +196,11 @@ def check_op(
     spec: str = "custom",
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
+    needs: tuple[str, ...] = (),
 ) -> None:
     """Call `fn` once as `op` on a small reference input (forward and backward); raise an
-    OpSpecError if it fails or its output differs from the twin's in type, shape or dtype."""
+    OpSpecError if it fails or its output differs from the twin's in type, shape or dtype.
+    `needs`: capabilities the run's optimizer needs ("double_backward", "forward_ad")."""
     entry, key = op_entry(op), f"ops.{op}={spec}"
     want = entry.builtin(*entry.inputs(4, dtype, device))
     args = entry.inputs(4, dtype, device, requires_grad=True)

@@ -1,1 +1,1 @@
-"""One module per optimizer option (optimizer=<name>): its schema, checks, builder and hooks."""
+"""One module per optimizer option (optimizer=<name>): its schema, checks and builder."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker
-from fitting.optim.spec import OptimizerSpec, StopConfig
+from fitting.optim.option import OptimizerOption, StopConfig
 
 if TYPE_CHECKING:
     import torch
@@ -47,4 +47,4 @@ def build(cfg: Any, model: nn.Module, task: Any) -> torch.optim.Optimizer:
     )
 
 
-SPEC = OptimizerSpec("adam", AdamConfig, takes_lr=True, check=check, build=build)
+OPTION = OptimizerOption("adam", AdamConfig, takes_lr=True, check=check, build=build)

@@ -1,17 +1,17 @@
 """What newton and lm share as options: damped second-order steps on the task's residuals, for
-models of few parameters (an n×n matrix) whose residuals are a pure function of the parameters."""
+models of few parameters (an n×n matrix) whose residuals are a pure function of the parameters
+on a fixed (full) batch."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker, ConfigError
-from fitting.optim.spec import StepStats
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
+    from fitting.optim.second_order import ResidualFn
     from fitting.tasks import Task
 
 
@@ -25,9 +25,12 @@ def check(cfg: Any, c: Checker) -> None:
         c.at_least("ftol", cfg.ftol, 0.0, "(or null)")
 
 
-def check_model(name: str, model: nn.Module, task: Task) -> None:
-    """ConfigError for a model whose residuals are not a pure function of its parameters
-    (state updated in training, e.g. batch-norm statistics)."""
+def task_residuals(name: str, model: nn.Module, task: Task) -> ResidualFn:
+    """The residuals of the task's (full) batch as a pure function of the model's parameters;
+    ConfigError for a model that updates state in training (batch-norm statistics) or a task
+    that draws a new minibatch each step."""
+    from fitting.optim.second_order import residual_fn_from_model
+
     buffers = [buffer for buffer, _ in model.named_buffers()]
     if buffers:
         raise ConfigError(
@@ -35,35 +38,14 @@ def check_model(name: str, model: nn.Module, task: Task) -> None:
             f"but the {task.name} model updates state in training (buffer {buffers[0]}, e.g. "
             "batch-norm statistics); use optimizer=lbfgs or adam for this model"
         )
-
-
-def no_batch_yet(name: str) -> Any:
-    """The residual_fn an optimizer starts with: the loop sets that of each batch (prepare)."""
-
-    def residual_fn(params: Any) -> Any:
-        raise RuntimeError(
-            f"optimizer={name}: no batch yet; set optimizer.residual_fn = "
-            "residual_fn_from_model(model, task.residuals, batch) before each step (fit does)"
+    if not task.full_batch:
+        raise ConfigError(
+            f"optimizer={name} needs the same (full) batch every step, but task={task.name} "
+            "draws minibatches; use optimizer=lbfgs or adam for this task"
         )
-
-    return residual_fn
-
-
-def prepare(optimizer: torch.optim.Optimizer, task: Task, batch: Any) -> None:
-    """Newton and LM differentiate the residuals of this step's batch."""
-    from fitting.optim.second_order import residual_fn_from_model
-
-    optimizer.residual_fn = residual_fn_from_model(task.model, task.residuals, batch)
+    return residual_fn_from_model(model, task.residuals, task.batch(0))
 
 
 def describe(cfg: Any) -> str:
     """The start-up line's optimizer part: damping, not a learning rate, sets the step."""
     return f"{cfg.name} damping={cfg.damping:g} max_params={cfg.max_params}"
-
-
-def damping_scalars(optimizer: torch.optim.Optimizer, stats: StepStats) -> dict[str, float]:
-    """The damping of the accepted step and its length relative to the parameters'."""
-    return {
-        "optim/damping": optimizer.last_stats["damping"],
-        "optim/rel_step": optimizer.last_stats["rel_step"],
-    }

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker
-from fitting.optim.spec import OptimizerSpec, StopConfig
+from fitting.optim.option import OptimizerOption, StopConfig
 
 if TYPE_CHECKING:
     from torch import nn
@@ -32,4 +32,4 @@ def build(cfg: Any, model: nn.Module, task: Any) -> GradientDescent:
     return GradientDescent(model.parameters(), lr=cfg.lr)
 
 
-SPEC = OptimizerSpec("gd", GDConfig, takes_lr=True, check=check, build=build)
+OPTION = OptimizerOption("gd", GDConfig, takes_lr=True, check=check, build=build)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker
-from fitting.optim.spec import OptimizerSpec, StepStats, StopConfig
+from fitting.optim.option import OptimizerOption, StopConfig
 
 if TYPE_CHECKING:
     import torch
@@ -54,21 +54,6 @@ def describe(cfg: Any) -> str:
     return f"lbfgs (strong-Wolfe line search, max_eval={cfg.max_eval})"
 
 
-def restore_first_grads(optimizer: torch.optim.Optimizer, stats: StepStats) -> None:
-    """The line search left the gradients of its last trial point in .grad: put back those of
-    the point the step started from, which the loop logs (and histograms) for every optimizer."""
-    if stats.evals > 1:
-        params = optimizer.param_groups[0]["params"]
-        for p, grad in zip(params, stats.first_grads, strict=True):
-            p.grad = grad
-
-
-def evals(optimizer: torch.optim.Optimizer, stats: StepStats) -> dict[str, float]:
-    """The step's loss+gradient evaluations (those of the line search)."""
-    return {"optim/evals": stats.evals}
-
-
-SPEC = OptimizerSpec(
-    "lbfgs", LBFGSConfig, takes_lr=False, check=check, build=build, describe=describe,
-    after_step=restore_first_grads, extra_scalars=evals,
+OPTION = OptimizerOption(
+    "lbfgs", LBFGSConfig, takes_lr=False, check=check, build=build, describe=describe
 )

@@ -8,8 +8,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker
-from fitting.optim.spec import OptimizerSpec, StopConfig
-from fitting.optim.specs import damped
+from fitting.optim.option import MAX_PARAMS, OptimizerOption, StopConfig
+from fitting.optim.options import damped
 
 if TYPE_CHECKING:
     import torch
@@ -30,8 +30,7 @@ class LMConfig:
     damping: float = 1e-3  # initial μ
     scaling: LMScaling = LMScaling.marquardt
     max_tries: int = 10
-    # JᵀJ is n×n and each try solves it: 4353 parameters (the default mlp) took ~2 s per step.
-    max_params: int = 1000
+    max_params: int = MAX_PARAMS  # JᵀJ is n×n and each try solves it
     max_jacobian_numel: int = 50_000_000
     chunk_size: int = 64  # Jacobian columns per forward-mode pass
     ftol: float | None = None  # a change of Σr² within ftol·Σr² is accepted as no change
@@ -55,7 +54,7 @@ def build(cfg: Any, model: nn.Module, task: Task) -> torch.optim.Optimizer:
 
     optimizer = LevenbergMarquardt(
         model.parameters(),
-        damped.no_batch_yet("lm"),
+        damped.task_residuals("lm", model, task),
         reduction=task.reduction,
         damping=cfg.damping,
         scaling=cfg.scaling.value,
@@ -65,7 +64,6 @@ def build(cfg: Any, model: nn.Module, task: Task) -> torch.optim.Optimizer:
         max_jacobian_numel=cfg.max_jacobian_numel,
         ftol=cfg.ftol,
     )
-    damped.check_model("lm", model, task)
     if task.full_batch:
         with torch.no_grad():
             m = task.residuals(model, task.batch(0)).numel()
@@ -73,7 +71,6 @@ def build(cfg: Any, model: nn.Module, task: Task) -> torch.optim.Optimizer:
     return optimizer
 
 
-SPEC = OptimizerSpec(
+OPTION = OptimizerOption(
     "lm", LMConfig, takes_lr=False, check=check, build=build, describe=damped.describe,
-    prepare_batch=damped.prepare, extra_scalars=damped.damping_scalars,
 )

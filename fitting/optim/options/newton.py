@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker
-from fitting.optim.spec import OptimizerSpec, StopConfig
-from fitting.optim.specs import damped
+from fitting.optim.option import MAX_PARAMS, OptimizerOption, StopConfig
+from fitting.optim.options import damped
 
 if TYPE_CHECKING:
     import torch
@@ -25,7 +25,7 @@ class NewtonConfig:
     min_damping: float = 1e-6
     factor: float = 10.0
     max_tries: int = 20
-    max_params: int = 1000  # the n×n Hessian's n; more is a config error
+    max_params: int = MAX_PARAMS  # the n×n Hessian's n; more is a config error
     chunk_size: int | None = 32  # Hessian rows per reverse-over-reverse pass
     ftol: float | None = None  # a rise of the loss within ftol·|loss| counts as none
     # Stops by default once converged: a task's 2000-step budget is not 2000 steps of rounding.
@@ -47,7 +47,7 @@ def build(cfg: Any, model: nn.Module, task: Task) -> torch.optim.Optimizer:
 
     optimizer = Newton(
         model.parameters(),
-        damped.no_batch_yet("newton"),
+        damped.task_residuals("newton", model, task),
         reduction=task.reduction,
         damping=cfg.damping,
         min_damping=cfg.min_damping,
@@ -57,11 +57,9 @@ def build(cfg: Any, model: nn.Module, task: Task) -> torch.optim.Optimizer:
         max_params=cfg.max_params,
         ftol=cfg.ftol,
     )
-    damped.check_model("newton", model, task)
     return optimizer
 
 
-SPEC = OptimizerSpec(
+OPTION = OptimizerOption(
     "newton", NewtonConfig, takes_lr=False, check=check, build=build, describe=damped.describe,
-    prepare_batch=damped.prepare, extra_scalars=damped.damping_scalars,
 )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker
-from fitting.tasks.spec import TaskSpec
+from fitting.tasks.option import TaskOption
 
 if TYPE_CHECKING:
     import torch
@@ -47,12 +47,12 @@ def check(cfg: Any, c: Checker) -> None:
 
 
 def build(
-    cfg: Any, impl: str, device: torch.device, dtype: torch.dtype, generator: torch.Generator
+    cfg: Any, ops: dict, device: torch.device, dtype: torch.dtype, generator: torch.Generator
 ) -> CNNTask:
     """The cnn task: images, validation split and minibatch order drawn from `generator`."""
     from fitting.tasks.cnn import CNNTask
 
-    return CNNTask(cfg, impl, device, dtype, generator)
+    return CNNTask(cfg, ops, device, dtype, generator)
 
 
-SPEC = TaskSpec("cnn", CNNConfig, check, build, ops=("conv_bn", "activation", "linear"))
+OPTION = TaskOption("cnn", CNNConfig, check, build, slots=("conv_bn", "activation", "linear"))

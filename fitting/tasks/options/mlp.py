@@ -8,7 +8,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker
-from fitting.tasks.spec import TaskSpec
+from fitting.tasks.option import TaskOption
 
 if TYPE_CHECKING:
     import torch
@@ -51,12 +51,12 @@ def check(cfg: Any, c: Checker) -> None:
 
 
 def build(
-    cfg: Any, impl: str, device: torch.device, dtype: torch.dtype, generator: torch.Generator
+    cfg: Any, ops: dict, device: torch.device, dtype: torch.dtype, generator: torch.Generator
 ) -> MLPTask:
     """The mlp task, its noise drawn from `generator`."""
     from fitting.tasks.mlp import MLPTask
 
-    return MLPTask(cfg, impl, device, dtype, generator)
+    return MLPTask(cfg, ops, device, dtype, generator)
 
 
-SPEC = TaskSpec("mlp", MLPConfig, check, build, ops=("linear", "activation"))
+OPTION = TaskOption("mlp", MLPConfig, check, build, slots=("linear", "activation"))

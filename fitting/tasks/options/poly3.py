@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fitting.checks import Checker
-from fitting.tasks.spec import TaskSpec
+from fitting.tasks.option import TaskOption
+from models.poly3 import TUTORIAL_START
 
 if TYPE_CHECKING:
     import torch
@@ -18,10 +19,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class Poly3Init:
-    a: float = 0.0
-    b: float = -1.0
-    c: float = 0.0
-    d: float = 0.3
+    """The starting parameters; the tutorial's by default."""
+
+    a: float = TUTORIAL_START["a"]
+    b: float = TUTORIAL_START["b"]
+    c: float = TUTORIAL_START["c"]
+    d: float = TUTORIAL_START["d"]
 
 
 @dataclass
@@ -44,12 +47,12 @@ def check(cfg: Any, c: Checker) -> None:
 
 
 def build(
-    cfg: Any, impl: str, device: torch.device, dtype: torch.dtype, generator: torch.Generator
+    cfg: Any, ops: dict, device: torch.device, dtype: torch.dtype, generator: torch.Generator
 ) -> Poly3Task:
     """The poly3 task (no random data: `generator` is not used)."""
     from fitting.tasks.poly3 import Poly3Task
 
-    return Poly3Task(cfg, impl, device, dtype)
+    return Poly3Task(cfg, ops, device, dtype)
 
 
-SPEC = TaskSpec("poly3", Poly3Config, check, build, ops=("legendre_p3",))
+OPTION = TaskOption("poly3", Poly3Config, check, build, slots=("legendre_p3",))
