@@ -42,6 +42,16 @@ class RunState:
     saved_bytes: int = 0  # bytes the forward saved for backward, at the last logged step
     step_ms: list[float] = field(default_factory=list)  # this session's step times
 
+    def record(self, loss: float, ms: float, seconds: float, rtol: float, patience: int) -> None:
+        """One more step done with `loss`; the stop rule: converged once `patience` steps in a
+        row changed the loss by at most rtol·|loss|."""
+        change = math.inf if math.isnan(self.loss) else abs(self.loss - loss)
+        self.quiet = self.quiet + 1 if change <= rtol * abs(self.loss) else 0
+        self.prev_loss, self.loss, self.step = self.loss, loss, self.step + 1
+        self.converged = patience > 0 and self.quiet >= patience
+        self.step_ms.append(ms)
+        self.train_s += seconds
+
 
 def train(
     cfg: Config,
@@ -62,8 +72,7 @@ def train(
     forward = model if forward is None else forward
     named = list(model.named_parameters())
     every, steps = cfg.log.every, cfg.steps
-    patience = cfg.optimizer.stop.patience
-    rtol = cfg.optimizer.stop.rtol
+    patience, rtol = cfg.optimizer.stop.patience, cfg.optimizer.stop.rtol
     rtol = 4 * torch.finfo(named[0][1].dtype).eps if rtol is None else rtol
     console_every = cfg.log.console_every or max(1, steps // 10)
     memory = StepMemory(named[0][1].device, cfg.log.memory_every)
@@ -85,12 +94,7 @@ def train(
                 loss = optimizer.step(closure).item()
             ms = (time.perf_counter() - t_step) * 1e3  # the optimizer step alone
 
-            change = math.inf if math.isnan(state.loss) else abs(state.loss - loss)
-            state.quiet = state.quiet + 1 if change <= rtol * abs(state.loss) else 0
-            state.prev_loss, state.loss, state.step = state.loss, loss, step + 1
-            state.converged = patience > 0 and state.quiet >= patience
-            state.step_ms.append(ms)
-            state.train_s += time.perf_counter() - t0
+            state.record(loss, ms, time.perf_counter() - t0, rtol, patience)
 
             if logged or state.converged:
                 state.saved_bytes = closure.saved_bytes
