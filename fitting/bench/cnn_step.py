@@ -1,13 +1,13 @@
 """One measurement point of the memory benchmarks, run in a fresh process and printed as JSON.
 
-`python -m fitting.bench.cnn_step memory --impl custom --batch 1024 --allocator mmap`: the
-app's cnn (default channels, 32x32 images) trains a few steps (forward, MSE, backward, adam),
-then reports its tensor peak per step, the peak RSS before and after the steps, and step times.
-`... time --batch 1024 --allocator mmap`: custom and builtin step times, alternated in one
-process (torch.utils.benchmark), for a side-by-side ratio.
+`python -m fitting.bench.cnn_step memory --impl custom --batch 1024`: the app's cnn (default
+channels, 32x32 images) trains a few steps (forward, MSE, backward, adam), then reports its
+tensor peak per step, the peak RSS before and after the steps, and step times.
+`... time --batch 1024`: custom and builtin step times, alternated in one process
+(torch.utils.benchmark), for a side-by-side ratio.
 
-A fresh process per point because a process's peak RSS never goes down. The allocator policy
-is set the way the app sets it (fitting.train.allocator), before any tensor of the point exists.
+A fresh process per point because a process's peak RSS never goes down. Every point runs on
+glibc malloc as shipped, as the app does.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import torch
 
+from fitting.bench.report import malloc_note
 from fitting.track.memory import peak_rss_bytes, step_peak
-from fitting.train.allocator import POLICIES, apply_allocator, describe_allocator
 from models.cnn import CurveCNN
 
 IMAGE_SIZE = 32
@@ -105,20 +105,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("what", choices=("memory", "time"))
     parser.add_argument("--impl", choices=("custom", "builtin"), default="custom")
     parser.add_argument("--batch", type=int, default=1024)
-    parser.add_argument("--allocator", choices=POLICIES, default="default")
     parser.add_argument("--steps", type=int, default=3, help="timed steps after the warm-up")
     parser.add_argument("--rounds", type=int, default=3, help="alternations (time)")
     parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds a round (time)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the app's 1)")
     args = parser.parse_args(argv)
-    apply_allocator(args.allocator)
     torch.set_num_threads(args.threads)
     if args.what == "memory":
         result = measure_memory(args.impl, args.batch, args.steps, args.device)
     else:
         result = measure_time(args.batch, args.rounds, args.min_run_time, args.device)
-    result["allocator"] = describe_allocator()
+    result["malloc"] = malloc_note()
     print(json.dumps(result))
 
 

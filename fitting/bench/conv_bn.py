@@ -1,7 +1,6 @@
 """Benchmark the fused Conv2d+BatchNorm2d op against the built-in pair: time, saved bytes, peak.
 
-Run it through `python -m fitting.bench --only conv_bn`, which measures it under each chosen
-allocator policy in a fresh process (see fitting/train/allocator.py).
+Run it through `python -m fitting.bench --only conv_bn`.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from torch import nn
 from torch.utils.benchmark import Timer
 
 from fitting.bench.ops import row
-from fitting.train.allocator import allocator_setting
 from models.conv_bn import FusedConvBN2d
 from models.ops.fused_conv_bn import fused_conv_bn2d
 from models.ops.memory import saved_tensor_bytes
@@ -22,7 +20,7 @@ from models.ops.memory import saved_tensor_bytes
 N, C_IN, C_OUT, HW, K = 64, 16, 32, 32, 3
 CNN_BLOCKS = 4
 ROUNDS = 5  # alternate custom/builtin so drift and other load hit both alike
-TARGET_OP = "time <= 1.3x (tuned malloc), bytes <= 0.4x"
+TARGET_OP = "time <= 1.3x, bytes <= 0.4x"
 
 
 def _timed_ms(fn: Callable[[], object], min_run_time: float) -> list[float]:
@@ -120,8 +118,4 @@ def bench_fused_conv_bn(device: torch.device | str, quick: bool = False) -> list
     """Rows (custom vs built-in pair) for one conv+BN layer and for a CNN of such blocks."""
     device = torch.device(device)
     rounds, t = (2, 0.2) if quick else (ROUNDS, 0.5)
-    rows = [_op_row(device, rounds, t), _cnn_row(device, max(1, rounds // 2), t)]
-    if device.type == "cpu":
-        for row in rows:
-            row["name"] += f" [malloc: {allocator_setting()}]"
-    return rows
+    return [_op_row(device, rounds, t), _cnn_row(device, max(1, rounds // 2), t)]

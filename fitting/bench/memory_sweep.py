@@ -1,7 +1,7 @@
 """`python -m fitting.bench memory`: peak memory of a cnn training step against batch size.
 
-Each point (impl × batch size) runs in a fresh process (fitting/bench/cnn_step.py) under the
-app's default allocator policy, since a process's peak RSS never goes down. It reports the
+Each point (impl × batch size) runs in a fresh process (fitting/bench/cnn_step.py) on glibc
+malloc as shipped, since a process's peak RSS never goes down. It reports the
 step's tensor peak (above what was live at its start; CUDA: max_memory_allocated) and the peak
 RSS, above the process's before training and in all; plots both against batch size into a PNG
 with the largest batch that fits `--budget-mb`; checks the targets at batch 1024.
@@ -10,16 +10,16 @@ with the largest batch that fits `--budget-mb`; checks the targets at batch 1024
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import torch
 
-from fitting.bench.child_env import run_child
 from fitting.bench.report import DOC, ROOT, machine, write_csv, write_section
-from fitting.train.allocator import DEFAULT_POLICY
 
 MIB = 1 << 20
 NOTE = """\
@@ -43,13 +43,24 @@ METRICS = {  # CSV metric -> what a point reports
 }
 
 
-def sweep(batches: list[int], policy: str, device: str, steps: int) -> list[dict]:
+def run_point(args: list[str]) -> dict:
+    """Run `python -m fitting.bench.cnn_step *args` in a fresh process; the JSON it prints.
+
+    RuntimeError when the child fails."""
+    cmd = [sys.executable, "-m", "fitting.bench.cnn_step", *args]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{shlex.join(cmd[1:])} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sweep(batches: list[int], device: str, steps: int) -> list[dict]:
     """One measured point per impl and batch size, each from a fresh process."""
     points = []
     for batch in batches:
         for impl in IMPLS:
             args = ["memory", "--impl", impl, "--batch", str(batch), "--device", device]
-            point = run_child("fitting.bench.cnn_step", [*args, "--steps", str(steps)], policy)
+            point = run_point([*args, "--steps", str(steps)])
             points.append(point)
             print(f"  {impl:7} batch {batch:5}: tensor peak {mib(point['tensor_peak_bytes'])} MiB,"
                   f" peak RSS {mib(point['rss_peak_bytes'])} MiB", file=sys.stderr)
@@ -178,7 +189,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m fitting.bench memory", description=__doc__)
     parser.add_argument("--budget-mb", type=float, default=300.0)
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
-    parser.add_argument("--allocator", default=DEFAULT_POLICY, help="policy of every point")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--steps", type=int, default=2, help="steps per point after a warm-up")
     parser.add_argument("--png", type=Path, default=ROOT / "docs" / "memory_sweep.png")
@@ -192,12 +202,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.budget_mb <= 0 or min(batches) < 2:
         parser.error("--budget-mb must be > 0 and every batch >= 2 (batch norm needs 2 images)")
     try:
-        points = sweep(batches, args.allocator, args.device, args.steps)
-    except (ValueError, RuntimeError) as err:
+        points = sweep(batches, args.device, args.steps)
+    except RuntimeError as err:
         parser.exit(2, f"python -m fitting.bench memory: error: {err}\n")
-    context = machine(args.device, points[0]["allocator"], threads=1)
+    context = machine(args.device, threads=1)
     header = (f"cnn training step (channels 8, 16; 32x32; adam), {args.device}, 1 thread, "
-              f"torch {context['torch']}, {context['cpu']}, {context['allocator']}")
+              f"torch {context['torch']}, {context['cpu']}, {points[0]['malloc']}")
     checks = targets(points, args.device)
     check_table = "\n".join(["| target (batch 1024) | measured | met |", "|---|---|---|"]
                             + [f"| {t} | {m} | {'yes' if ok else 'NO'} |" for t, m, ok in checks])

@@ -4,12 +4,14 @@ Each benchmark command owns one section of docs/benchmarks.md, between the HTML 
 `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`, and rewrites only that section, headed by the
 command that produced it; the text around the sections is written by hand. The CSV files carry
 one row per op × impl × size × metric, with the machine and software each was measured on, so
-runs of two machines or commits compare.
+runs of two machines or commits compare. Every benchmark runs on glibc malloc as shipped: the
+app sets no malloc policy of its own.
 """
 
 from __future__ import annotations
 
 import csv
+import os
 import platform
 import statistics
 import subprocess
@@ -18,13 +20,11 @@ from pathlib import Path
 
 import torch
 
-from fitting.train.allocator import describe_allocator
-
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "benchmarks.md"
 CSV_COLUMNS = (
     "suite", "op", "size", "impl", "metric", "median", "p20", "p80",
-    "torch", "threads", "cpu", "allocator", "device", "commit", "date",
+    "torch", "threads", "cpu", "device", "commit", "date",
 )  # fmt: skip
 
 
@@ -63,13 +63,25 @@ def git_commit() -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def machine(device: str, allocator: str | None = None, threads: int | None = None) -> dict:
+def malloc_note() -> str:
+    """The malloc this process runs on: 'glibc 2.36 malloc as shipped', and any environment
+    variable that would change that (MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD), which a table of
+    results should name."""
+    libc, version = platform.libc_ver()
+    name = f"{libc} {version} malloc" if libc else "the C library's malloc"
+    tunables = ("GLIBC_TUNABLES", "LD_PRELOAD")
+    changed = sorted(k for k in os.environ if k.startswith("MALLOC_") or k in tunables)
+    if changed:
+        return f"{name}, changed by {', '.join(f'{k}={os.environ[k]}' for k in changed)}"
+    return f"{name} as shipped"
+
+
+def machine(device: str, threads: int | None = None) -> dict:
     """The CSV's context columns for results measured here."""
     return {
         "torch": torch.__version__,
         "threads": torch.get_num_threads() if threads is None else threads,
         "cpu": cpu_name(),
-        "allocator": allocator or describe_allocator(),
         "device": device,
         "commit": git_commit(),
         "date": date.today().isoformat(),
