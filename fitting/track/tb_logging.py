@@ -3,6 +3,7 @@ custom-scalars layout that overlays the runs of a sweep."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Iterable
@@ -15,6 +16,8 @@ import torch
 if TYPE_CHECKING:
     from fitting.track.figures import FigureSpec
 
+
+log = logging.getLogger(__name__)
 
 # The event file is flushed at least this often, so a TensorBoard watching the run keeps up.
 FLUSH_SECONDS = 2
@@ -45,10 +48,14 @@ class TBLogger:
 
         self.log_dir = Path(log_dir)
         wait_past_event_files(self.log_dir)
+        before = set(self.log_dir.glob("events.out.tfevents.*"))
         self.writer = SummaryWriter(
             log_dir=str(self.log_dir), max_queue=1000, flush_secs=FLUSH_SECONDS,
             purge_step=purge_step,
         )
+        new = sorted(set(self.log_dir.glob("events.out.tfevents.*")) - before)
+        self.event_file: Path | None = new[-1] if new else None
+        self.records = 0  # the records logged to the event file, to say what a lost one held
         self._layout_written = False
 
     def __enter__(self) -> TBLogger:
@@ -63,11 +70,16 @@ class TBLogger:
         self.close()
 
     def close(self) -> None:
-        """Flush every event to disk and close the event file."""
+        """Flush every event to disk and close the event file; warn if it was deleted meanwhile
+        (its records are lost; TensorBoard writes on into a file no one can open)."""
         try:
             self.flush()
         finally:
             self.writer.close()
+        if self.event_file is not None and not _whole(self.event_file):
+            log.warning("the event file %s was deleted during the run: up to %d records logged "
+                        "to it (scalars, histograms, figures) are lost; the checkpoint and "
+                        "figures are not", self.event_file, self.records)
 
     def flush(self) -> None:
         """Write every event logged so far to disk."""
@@ -91,6 +103,7 @@ class TBLogger:
         for summary in summaries[1:]:
             summaries[0].value.extend(summary.value)
         self.writer.file_writer.add_summary(summaries[0], step)
+        self.records += 1
 
     def histograms(self, step: int, named: list[tuple[str, torch.Tensor]]) -> None:
         """Histograms of each non-scalar parameter ('weights/<name>') and its gradient
@@ -139,6 +152,16 @@ class TBLogger:
             self.writer.file_writer.add_summary(summary)
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, step)
+
+
+def _whole(event_file: Path) -> bool:
+    """Whether `event_file` is still the file the writer started: TensorBoard reopens it for
+    each write, so a deleted one comes back without the header record that opens it."""
+    try:
+        with open(event_file, "rb") as f:
+            return b"brain.Event:" in f.read(64)
+    except OSError:
+        return False
 
 
 def wait_past_event_files(log_dir: Path) -> None:

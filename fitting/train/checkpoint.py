@@ -23,6 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from fitting.config import OpsConfig
 from fitting.train.checkpoint_errors import (
+    check_belongs,
+    check_integrity,
     check_model,
     check_payload,
     does_not_fit,
@@ -106,6 +108,7 @@ def load(run_dir: str | Path) -> Payload:
     """The checkpoint of `run_dir`, on the CPU, read with weights_only=True; CheckpointError
     (one line) when it is not a checkpoint of this version of the app. The file is only read."""
     path = Path(run_dir) / CHECKPOINT
+    check_integrity(path)
     try:
         with warnings.catch_warnings():  # e.g. torch on a foreign file's pickle protocol
             warnings.simplefilter("ignore")
@@ -113,6 +116,7 @@ def load(run_dir: str | Path) -> Payload:
     except Exception as err:  # torch raises EOFError, OSError, RuntimeError, UnpicklingError...
         raise unreadable(path, err) from err
     check_payload(raw, path, FORMAT)
+    check_belongs(raw["config"], path)
     add_implied_keys(raw["config"])
     payload = Payload(raw)
     payload.path = path

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import shlex
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,36 @@ def unreadable(path: Path, err: BaseException) -> CheckpointError:
     else:
         why = "not a file torch.save wrote"
     return _error(path, f"is not a checkpoint of this app ({why})", err)
+
+
+def check_integrity(path: Path) -> None:
+    """Raise CheckpointError if a zip entry of `path` fails its CRC (bit rot, a torn copy):
+    torch.load does not check them, and would train on the damaged numbers."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return  # not a zip, or unreadable: torch.load's error says what it is
+    if damaged is not None:
+        _raise(path, f"is damaged: its entry {damaged} fails its CRC check (the file changed "
+                     "after it was written); not resumed")
+
+
+def check_belongs(config: dict[str, Any], path: Path) -> None:
+    """Raise CheckpointError if the checkpoint's task or model differs from the run dir's own
+    config (.hydra/config.yaml): a checkpoint copied in from another run."""
+    own_path = path.parent / ".hydra" / "config.yaml"
+    if not own_path.is_file():
+        return
+    own = OmegaConf.to_container(OmegaConf.load(own_path), resolve=False)
+    theirs, mine = config.get("task", {}), own.get("task", {})
+    if not isinstance(mine, dict) or theirs == mine:
+        return
+    keys = sorted((k for k in theirs.keys() | mine.keys() if theirs.get(k) != mine.get(k)),
+                  key=lambda k: (k != "name", k))
+    shown = ", ".join(f"task.{k}: {theirs.get(k)!r} in the checkpoint, {mine.get(k)!r} in the "
+                      "run dir's config" for k in keys[:3])
+    _raise(path, f"belongs to another run ({shown}); not resumed")
 
 
 def check_payload(payload: Any, path: Path, fmt: int) -> None:

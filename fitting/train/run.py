@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from fitting.track.tb_logging import TBLogger
 from fitting.train import report
 from fitting.train.checkpoint import Checkpointer, plain_config, restore
 from fitting.train.checkpoint import load as load_checkpoint
+from fitting.train.lock import run_dir_lock
 from fitting.train.loop import RunState, log_figure, train
 from fitting.train.ops import model_ops, resolve_ops, user_op_lines
 from fitting.train.parallel import job_threads
@@ -53,12 +54,15 @@ def run(cfg: Config, out_dir: str | Path) -> float:
     ops = resolve_ops(cfg, TASKS[cfg.task.name].slots, device, dtype)
     saved = _resume_payload(cfg, out) if cfg.resume else None
     option = OPTIMIZERS[cfg.optimizer.name]
-    with torch_threads(job_threads(cfg.threads)), deterministic(cfg.deterministic, device):
+    with ExitStack() as stack:
+        stack.enter_context(torch_threads(job_threads(cfg.threads)))
+        stack.enter_context(deterministic(cfg.deterministic, device))
         torch.manual_seed(cfg.seed)  # model initialization; data use their own seeded generator
         task = build_task(cfg.task, model_ops(ops), device, dtype, cfg.seed)
         optimizer = option.build(cfg.optimizer, task.model, task)
         state = RunState() if saved is None else restore(saved, task, optimizer)
         out.mkdir(parents=True, exist_ok=True)
+        stack.enter_context(run_dir_lock(out))
         log.info("%s", report.start_line(cfg, task.name, ops, device))
         for line in user_op_lines(ops):
             log.info("%s", line)

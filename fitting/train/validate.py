@@ -24,8 +24,16 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def validate(cfg: Any) -> None:
-    """Raise ConfigError listing every out-of-range value of the composed config `cfg`."""
+    """Raise ConfigError listing every unknown key and out-of-range value of the composed
+    config `cfg`."""
     c = Checker()
+    unknown = unknown_keys(cfg)
+    if unknown:
+        raise ConfigError(
+            f"unknown key {', '.join(unknown)} (added with +?): the schema has no such key, so "
+            "the run could not be resumed; check the spelling (python train.py --help lists "
+            "the keys)"
+        )
     c.at_least("steps", cfg.steps, 1)
     if not SEED_RANGE[0] <= cfg.seed < SEED_RANGE[1]:
         c.problem(f"seed must be an integer in [-2**63, 2**64), got {cfg.seed}")
@@ -46,6 +54,33 @@ def validate(cfg: Any) -> None:
         if not torch.cuda.is_available():
             c.problem("device=cuda but CUDA is not available; use device=auto or device=cpu")
     c.raise_if_any()
+
+
+def unknown_keys(cfg: Any) -> list[str]:
+    """The keys of `cfg` that its schema (fitting.config.Config with the schemas of its task and
+    optimizer) does not have, as dotted paths: what `+key=` can add past Hydra's checks."""
+    from omegaconf import OmegaConf
+
+    from fitting.config import Config
+
+    schema = OmegaConf.structured(Config)
+    schema.task = OmegaConf.structured(TASKS[cfg.task.name].schema)
+    schema.optimizer = OmegaConf.structured(OPTIMIZERS[cfg.optimizer.name].schema)
+    return _extra(OmegaConf.to_container(cfg, resolve=False),
+                  OmegaConf.to_container(schema, resolve=False), "")
+
+
+def _extra(given: Any, known: Any, prefix: str) -> list[str]:
+    """Dotted keys in the dict `given` that the dict `known` lacks (ops.* take any value)."""
+    if not isinstance(given, dict) or not isinstance(known, dict) or prefix == "ops.":
+        return []
+    out = []
+    for key, value in given.items():
+        if key not in known:
+            out.append(prefix + str(key))
+        else:
+            out += _extra(value, known[key], f"{prefix}{key}.")
+    return out
 
 
 def resume_problem(resume: str) -> str | None:
