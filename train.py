@@ -87,4 +87,10 @@ def fail(message: str, exit_code: int, job_only: bool) -> None:
 
 
 if __name__ == "__main__":
+    from fitting.command_line import overrides_problem
+
+    problem = overrides_problem(sys.argv[1:])
+    if problem:
+        print(f"config error: {problem}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT)
     main()

@@ -16,7 +16,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 log = logging.getLogger(__name__)
 
-TRACE = "profile_trace.json"
+TRACE = "profile.pt.trace.json"  # the name PyTorch's trace viewers look for
 # Step 0 is skipped (first calls allocate and dispatch slowly), step 1 warms the profiler up,
 # steps 2-4 are recorded.
 WAIT, WARMUP, ACTIVE = 1, 1, 3
