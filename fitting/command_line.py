@@ -4,6 +4,7 @@ own, instead of Hydra's multi-line report."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def overrides_problem(argv: list[str]) -> str | None:
         return None
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
+        problem = _run_dir_problem(parsed)
+        if problem:
+            return problem
         sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
         if sweeps and not {"-m", "--multirun"} & set(argv):
             return (f"{sweeps[0]} is a sweep: add -m to run one job per value, or quote a "
@@ -42,6 +46,25 @@ def overrides_problem(argv: list[str]) -> str | None:
                 compose("config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as err:
         return _one_line(err)
+    return None
+
+
+def _run_dir_problem(parsed: list) -> str | None:
+    """An empty, file or unwritable hydra.run.dir / hydra.sweep.dir, which Hydra would report
+    with a traceback (or, empty, take as the current dir)."""
+    for o in parsed:
+        key = o.get_key_element()
+        if key not in ("hydra.run.dir", "hydra.sweep.dir") or o.is_sweep_override():
+            continue
+        value = str(o.value() or "")
+        if not value.strip():
+            return f"{key}= is empty; name a dir, or leave it out for outputs/<date>/<time>"
+        path = Path(value).expanduser()
+        if path.exists() and not path.is_dir():
+            return f"{key}={value} is a file, not a dir; name another dir"
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return f"{key}={value}: {existing} is not writable; name a dir you can write to"
     return None
 
 

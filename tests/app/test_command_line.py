@@ -28,3 +28,15 @@ def test_flags_and_their_values_are_left_to_hydra(train_cli):
     done = train_cli("--cfg", "job", "task=mlp")
     assert done.returncode == 0
     assert "name: mlp" in done.stdout
+
+
+def test_a_run_dir_that_is_empty_a_file_or_read_only_is_one_line(tmp_path, train_cli):
+    a_file = tmp_path / "file"
+    a_file.write_text("not a dir")
+    assert train_cli("hydra.run.dir=").stderr == (
+        "config error: hydra.run.dir= is empty; name a dir, or leave it out for "
+        "outputs/<date>/<time>\n")
+    done = train_cli(f"hydra.run.dir={a_file}")
+    assert done.returncode == 2
+    assert done.stderr == f"config error: hydra.run.dir={a_file} is a file, not a dir; name " \
+        "another dir\n"
