@@ -58,7 +58,7 @@ def run(cfg: Config, out_dir: str | Path) -> float:
         stack.enter_context(torch_threads(job_threads(cfg.threads)))
         stack.enter_context(deterministic(cfg.deterministic, device))
         torch.manual_seed(cfg.seed)  # model initialization; data use their own seeded generator
-        task = build_task(cfg.task, model_ops(ops), device, dtype, cfg.seed)
+        task = _build_task(cfg, ops, device, dtype)
         optimizer = option.build(cfg.optimizer, task.model, task)
         state = RunState() if saved is None else restore(saved, task, optimizer)
         out.mkdir(parents=True, exist_ok=True)
@@ -116,6 +116,21 @@ def _train(cfg: Config, task: Any, optimizer: Any, tb: TBLogger, ckpt: Checkpoin
         state.val_loss = task.validate(task.model)
         tb.scalars(state.step, {"loss/val": state.val_loss})
     return state
+
+
+def _build_task(cfg: Config, ops: dict, device: torch.device, dtype: torch.dtype) -> Any:
+    """build_task, with running out of memory for the data as a config error naming task.*."""
+    try:
+        return build_task(cfg.task, model_ops(ops), device, dtype, cfg.seed)
+    except (MemoryError, RuntimeError) as err:
+        if not isinstance(err, MemoryError) and "memory" not in str(err).lower():
+            raise
+        sizes = ", ".join(f"task.{k}={v}" for k, v in cfg.task.items()
+                          if isinstance(v, int) and not isinstance(v, bool))
+        raise ConfigError(
+            f"task={cfg.task.name}: its data and model do not fit in memory on {device} "
+            f"({type(err).__name__}); use smaller sizes ({sizes})"
+        ) from None
 
 
 def resolve_device(name: str) -> torch.device:
