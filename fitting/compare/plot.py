@@ -50,9 +50,18 @@ def _draw(ax, runs: list[Run], tag: str, color: str, label: str, style: dict) ->
 
 
 def _legend_below(ax, ncol: int = 2) -> None:
-    """The axes' legend under it, outside the data."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, frameon=False)
+    """The axes' legend under it, outside the data; long labels in fewer columns, so that the
+    legend is no wider than its panel."""
+    from matplotlib.transforms import offset_copy
+
+    labels = ax.get_legend_handles_labels()[1]
+    if labels:
+        ncol = max(1, min(ncol, 64 // max(len(label) + 6 for label in labels)))
+        # Anchored in points below the axes, clear of the tick labels and the x label whatever
+        # the axes' height.
+        below = offset_copy(ax.transAxes, ax.figure, y=-34, units="points")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
+                  ncol=ncol, frameon=False)  # fmt: skip
 
 
 def _empty(ax, text: str) -> None:
