@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from fitting.bench.compare_scale import generate_sweep
+from fitting.bench.compare_runs import generate_sweep
 from fitting.compare.cli import figure_rows, main
 from fitting.compare.pairing import group_runs, pair_runs
 from fitting.compare.plot import draw_figure
