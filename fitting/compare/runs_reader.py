@@ -7,34 +7,28 @@ it; event files outside any job dir make a run of their own directory, with an e
 from __future__ import annotations
 
 import json
-import struct
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from omegaconf import OmegaConf
-from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
-from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+import yaml
+
+from fitting.compare.events import EventFileError, Series, read_event_dir
+from fitting.compare.events import check_event_file as _check_framing
 
 EVENT_GLOB = "events.out.tfevents.*"
 # Keys that differ between jobs of one sweep without making them different experiments.
 VOLATILE_KEYS = frozenset(
     {"hydra", "output_dir", "out_dir", "log_dir", "logdir", "run_dir", "save_dir"}
 )
+# Keys that make runs of one experiment repeated, drawn as one group in the figure.
+REPEAT_KEYS = frozenset({"seed"})
+JOB_NUMBER = re.compile(r"^(\d+)_")
 
 
 class RunsError(Exception):
     """A runs dir or event file that can't be read; the message says which and what to do."""
-
-
-@dataclass
-class Series:
-    """One scalar tag of a run, sorted by step."""
-
-    steps: np.ndarray
-    values: np.ndarray
-    wall: np.ndarray
 
 
 @dataclass
@@ -46,6 +40,7 @@ class Run:
     config: dict[str, Any]
     overrides: list[str]
     scalars: dict[str, Series] = field(default_factory=dict)
+    finished: bool = False  # the run wrote its HParams session end: completed or converged
 
     @property
     def task(self) -> str:
@@ -67,26 +62,50 @@ class Run:
         ops = self.config.get("ops")
         if not isinstance(ops, dict):
             return {}
-        return {op: base if str(v).startswith("${") else str(v) for op, v in ops.items()}
+        return {op: base if str(v).startswith("${") else op_label(v) for op, v in ops.items()}
 
     @property
-    def builtin_ops(self) -> int:
-        """How many of its ops are the built-in twins (impl itself when the run has no ops)."""
-        if not self.ops:
-            return int(self.impl == "builtin")
-        return sum(v == "builtin" for v in self.ops.values())
+    def choices(self) -> dict[str, str]:
+        """`impl` and each op's choice: what may differ between the runs of a pair."""
+        return {"impl": _group_name(self.config, self.overrides, "impl"), **self.ops}
+
+    @property
+    def torch_choices(self) -> set[str]:
+        """The op slots whose choice is a torch function (`torch.…:name` or a `_target_`)."""
+        ops = self.config.get("ops")
+        if not isinstance(ops, dict):
+            return set()
+        targets = {op: v.get("_target_", "") if isinstance(v, dict) else v for op, v in ops.items()}
+        return {op for op, t in targets.items() if str(t).startswith("torch.")}
+
+    @property
+    def job_number(self) -> int | None:
+        """The sweep's job number (the `<n>_` its dir name starts with), if any."""
+        match = JOB_NUMBER.match(self.path.name)
+        return int(match.group(1)) if match else None
 
     @property
     def optimizer(self) -> str:
         """The optimizer name: `optimizer.name`, else the `optimizer=` override, else '?'."""
         return _group_name(self.config, self.overrides, "optimizer")
 
-    def comparison_key(self) -> str:
-        """The config without `impl`, `ops` and volatile keys: equal keys mean comparable runs."""
+    def comparison_key(self, ignore: frozenset[str] = frozenset()) -> str:
+        """The config without `impl`, `ops`, volatile keys and `ignore`: equal keys mean runs
+        that differ only in their op choices (and `ignore`)."""
         if not self.config:
             return f"<no config: {self.name}>"
-        cfg = {k: v for k, v in self.config.items() if k not in ("impl", "ops")}
+        cfg = {k: v for k, v in self.config.items() if k not in {"impl", "ops", *ignore}}
         return json.dumps(_strip_volatile(cfg, str(self.path.resolve())), sort_keys=True)
+
+
+def op_label(value: Any) -> str:
+    """An op choice as text: a string as is, a Hydra instantiate dict as `name(key=value, ...)`,
+    e.g. `leaky_relu(negative_slope=0.1)`."""
+    if not isinstance(value, dict) or "_target_" not in value:
+        return str(value)
+    name = str(value["_target_"]).rsplit(".", 1)[-1]
+    args = ", ".join(f"{k}={v}" for k, v in value.items() if not str(k).startswith("_"))
+    return f"{name}({args})"
 
 
 def _group_name(config: dict[str, Any], overrides: list[str], group: str) -> str:
@@ -119,50 +138,30 @@ def find_event_files(root: Path) -> list[Path]:
 
 def check_event_file(path: Path) -> None:
     """Raise RunsError unless `path` is a whole, uncorrupted TFRecord file of events."""
-    # EventAccumulator silently drops a truncated or corrupt tail, so check the framing first.
-    data = path.read_bytes()
-    hint = "delete it or re-run that job"
-    if not data:
-        raise RunsError(f"event file {path} is empty; {hint}")
-    pos = 0
-    while pos < len(data):
-        header = data[pos : pos + 12]
-        if len(header) < 12:
-            raise RunsError(f"event file {path} is truncated at byte {pos}; {hint}")
-        (length,) = struct.unpack("<Q", header[:8])
-        (header_crc,) = struct.unpack("<I", header[8:])
-        if masked_crc32c(header[:8]) != header_crc:
-            raise RunsError(f"event file {path} is corrupt (bad record at byte {pos}); {hint}")
-        end = pos + 12 + length + 4
-        if end > len(data):
-            raise RunsError(f"event file {path} is truncated at byte {pos}; {hint}")
-        payload = data[pos + 12 : end - 4]
-        if masked_crc32c(payload) != struct.unpack("<I", data[end - 4 : end])[0]:
-            raise RunsError(f"event file {path} is corrupt (bad record at byte {pos}); {hint}")
-        pos = end
+    try:
+        _check_framing(path)
+    except EventFileError as exc:
+        raise RunsError(str(exc)) from None
 
 
-def read_scalars(files: list[Path]) -> dict[str, Series]:
-    """All scalar tags of `files`, read per directory; a tag in several directories is taken
-    from the one with most points."""
+def read_scalars(files: list[Path]) -> tuple[dict[str, Series], bool]:
+    """The wanted scalar tags of `files`, read per directory (a tag in several directories is
+    taken from the one with most points), and whether the run wrote its session end."""
     best: dict[str, Series] = {}
-    for directory in sorted({path.parent for path in files}):
-        # One accumulator per directory reads a resumed run's event files in order and drops
-        # the points its second writer's purge_step discarded (logged after the checkpoint).
-        acc = EventAccumulator(str(directory), size_guidance={SCALARS: 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            events = sorted(acc.Scalars(tag), key=lambda e: (e.step, e.wall_time))
-            # A step logged twice (a resumed run) keeps its last value.
-            by_step = {e.step: e for e in events}
-            series = Series(
-                steps=np.array(list(by_step), dtype=np.int64),
-                values=np.array([e.value for e in by_step.values()], dtype=np.float64),
-                wall=np.array([e.wall_time for e in by_step.values()], dtype=np.float64),
-            )
+    finished = False
+    by_dir: dict[Path, list[Path]] = {}
+    for path in files:
+        by_dir.setdefault(path.parent, []).append(path)
+    for directory in sorted(by_dir):
+        try:
+            scalars, ended = read_event_dir(by_dir[directory])
+        except EventFileError as exc:
+            raise RunsError(str(exc)) from None
+        finished = finished or ended
+        for tag, series in scalars.items():
             if tag not in best or len(series.steps) > len(best[tag].steps):
                 best[tag] = series
-    return best
+    return best, finished
 
 
 def _job_dir(event_file: Path, root: Path) -> Path:
@@ -174,12 +173,35 @@ def _job_dir(event_file: Path, root: Path) -> Path:
     return event_file.parent
 
 
+class _ConfigLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """YAML as OmegaConf reads it (1e-5 is a float, a date stays a string), through libyaml
+    when present: OmegaConf.load took 13x as long, most of the time of a 300-run sweep."""
+
+
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?[0-9][0-9_]*(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
 def _load_yaml(path: Path) -> Any:
     if not path.is_file():
         return None
     try:
-        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except Exception as exc:  # any YAML or OmegaConf parse error
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_ConfigLoader)
+    except Exception as exc:  # any YAML parse or decoding error
         raise RunsError(f"cannot read {path} ({exc}); fix or delete that file") from exc
 
 
@@ -187,20 +209,20 @@ def read_run(job_dir: Path, event_files: list[Path], root: Path) -> Run:
     """Read one run: its config, overrides and the scalars of its (checked) event files."""
     config = _load_yaml(job_dir / ".hydra" / "config.yaml")
     overrides = _load_yaml(job_dir / ".hydra" / "overrides.yaml")
-    for path in event_files:
-        check_event_file(path)
+    scalars, finished = read_scalars(event_files)
     name = job_dir.name if job_dir == root else job_dir.relative_to(root).as_posix()
     return Run(
         name=name,
         path=job_dir,
         config=config if isinstance(config, dict) else {},
         overrides=[str(o) for o in overrides] if isinstance(overrides, list) else [],
-        scalars=read_scalars(event_files),
+        scalars=scalars,
+        finished=finished,
     )
 
 
 def read_runs(root: Path) -> list[Run]:
-    """Read every run under `root` (a sweep dir, a single job dir or a tree of them), by name."""
+    """Every run under `root` (a sweep dir, a single job dir or a tree of them), in job order."""
     if not root.exists():
         raise RunsError(f"{root} does not exist; pass a sweep or run dir written by train.py")
     if not root.is_dir():
@@ -216,4 +238,11 @@ def read_runs(root: Path) -> list[Run]:
     for path in event_files:
         by_job.setdefault(_job_dir(path, root), []).append(path)
     runs = [read_run(job, files, root) for job, files in by_job.items()]
-    return sorted(runs, key=lambda r: r.name)
+    return sorted(runs, key=job_order)
+
+
+def job_order(run: Run) -> tuple:
+    """Sort key: by parent dir, then the sweep's job number, then name (a plain name sorts
+    after the numbered jobs of its dir)."""
+    number = run.job_number
+    return (run.path.parent.as_posix(), number is None, number or 0, run.name)

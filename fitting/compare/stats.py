@@ -1,4 +1,4 @@
-"""The numbers of a comparison: per-run timing, loss and memory; per custom/builtin pair, ratios."""
+"""The numbers of a comparison: per-run timing, loss and memory; per pair of runs, ratios."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from fitting.compare.runs_reader import Run
 
 LOSS = "loss/train"
 STEP_MS = "time/step_ms"
+TRAIN_S = "time/train_s"
 SAVED_BYTES = "memory/saved_bytes"
 PEAK_BYTES = "memory/peak_bytes"
 PEAK_RSS = "memory/peak_rss_bytes"
@@ -26,21 +27,21 @@ class RunStats:
     wall_s: float | None
     saved_bytes: float | None
     step_ms: float | None  # median of time/step_ms: the optimizer step alone, no logging
-    timing: str  # where steps/s and wall time come from: "events", "step_ms" or "none"
+    timing: str  # where steps/s and wall time come from: "train_s", "step_ms" or "none"
     peak_bytes: float | None = None  # highest sampled tensor peak of a step
     peak_rss: float | None = None  # the process's peak RSS at the end (it only grows)
 
 
 @dataclass
 class PairStats:
-    """What the per-pair table shows: `other` (e.g. custom) against the builtin run."""
+    """What the per-pair table shows: `other` ("mine") against the reference run."""
 
     other: RunStats
-    builtin: RunStats
+    builtin: RunStats  # the reference
     common_steps: int
     max_rel_dloss: float | None
     time_ratio: float | None
-    time_basis: str  # "step_ms" (median step times) or "wall" (event wall times) or "none"
+    time_basis: str  # "step_ms" (median step times), "wall" (training seconds) or "none"
     bytes_ratio: float | None
     peak_ratio: float | None = None  # of the tensor peaks
 
@@ -49,19 +50,7 @@ def run_stats(run: Run) -> RunStats:
     """Final loss, throughput, wall time, median step time and saved bytes of one run."""
     loss = run.scalars.get(LOSS)
     final_loss = float(loss.values[-1]) if loss is not None and len(loss.values) else None
-    steps_per_s = wall_s = None
-    timing = "none"
-    if loss is not None and len(loss.steps) >= 2 and loss.wall[-1] > loss.wall[0]:
-        wall_s = float(loss.wall[-1] - loss.wall[0])
-        steps_per_s = float(loss.steps[-1] - loss.steps[0]) / wall_s
-        timing = "events"
-    elif STEP_MS in run.scalars and np.mean(run.scalars[STEP_MS].values) > 0:
-        # Too few events (or one wall-clock tick) to time: fall back to the logged step times,
-        # which with log.every > 1 cover only every few steps.
-        s = run.scalars[STEP_MS]
-        steps_per_s = 1000.0 / float(np.mean(s.values))
-        wall_s = float(s.steps[-1] - s.steps[0] + 1) / steps_per_s
-        timing = "step_ms"
+    steps_per_s, wall_s, timing = _timing(run)
     return RunStats(
         run,
         final_loss,
@@ -73,6 +62,23 @@ def run_stats(run: Run) -> RunStats:
         _last(run, PEAK_BYTES, max),
         _last(run, PEAK_RSS, lambda values: values[-1]),
     )
+
+
+def _timing(run: Run) -> tuple[float | None, float | None, str]:
+    """(steps/s, training seconds, basis) from the app's own clock, never the events' wall
+    times: those include any pause between a stop and its resume."""
+    train_s = run.scalars.get(TRAIN_S)
+    if train_s is not None and len(train_s.values) and train_s.values[-1] > 0:
+        # Steps count from 0: after step k, k + 1 steps have run.
+        wall_s = float(train_s.values[-1])
+        return float(train_s.steps[-1] + 1) / wall_s, wall_s, "train_s"
+    step_ms = run.scalars.get(STEP_MS)
+    if step_ms is not None and len(step_ms.values) and np.median(step_ms.values) > 0:
+        # Older runs: the median logged step times every step, logging and validation not
+        # counted.
+        steps_per_s = 1000.0 / float(np.median(step_ms.values))
+        return steps_per_s, float(step_ms.steps[-1] + 1) / steps_per_s, "step_ms"
+    return None, None, "none"
 
 
 def _median(run: Run, tag: str) -> float | None:
@@ -105,7 +111,7 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def pair_stats(other: RunStats, builtin: RunStats) -> PairStats:
-    """Ratios other/builtin: time per step, median saved bytes; and the relative loss gap."""
+    """Ratios other/reference: time per step, median saved bytes; and the relative loss gap."""
     rel, common = max_rel_dloss(other.run, builtin.run)
     # Time per step, so a ratio > 1 means `other` is slower. The median step time leaves out
     # logging, validation and figures, which cost both impls the same and would dilute it.
@@ -124,26 +130,3 @@ def pair_stats(other: RunStats, builtin: RunStats) -> PairStats:
     )
 
 
-def group_runs(runs: list[Run]) -> list[list[Run]]:
-    """Runs grouped by config without `impl` and `ops` (and volatile keys), in order of first
-    appearance."""
-    groups: dict[str, list[Run]] = {}
-    for run in runs:
-        groups.setdefault(run.comparison_key(), []).append(run)
-    return list(groups.values())
-
-
-def pair_runs(group: list[Run]) -> tuple[list[tuple[Run, Run]], list[Run]]:
-    """(other, reference) pairs of one group and the unpaired rest. The references are the runs
-    with the most built-in ops (impl=builtin, or the most ops.<op>=builtin); one reference
-    pairs with every other run, several pair with the others in name order."""
-    known = [r for r in group if not r.impl.startswith("?")]
-    most = max((r.builtin_ops for r in known), default=0)
-    refs = [r for r in known if r.builtin_ops == most and most > 0]
-    others = [r for r in known if r.builtin_ops < most]
-    if len(refs) == 1:
-        pairs = [(other, refs[0]) for other in others]
-    else:
-        pairs = list(zip(others, refs, strict=False))
-    paired = {id(r) for pair in pairs for r in pair}
-    return pairs, [r for r in group if id(r) not in paired]

@@ -76,9 +76,11 @@ def test_per_run_table(report):
     custom = runs["0_impl=custom"]
     assert (custom["task"], custom["impl"], custom["optimizer"]) == ("poly3", "custom", "sgd")
     assert float(custom["final loss"]) == pytest.approx(poly3_losses(20, 1.001)[-1], rel=1e-5)
-    # 19 intervals of 3 ms between the first and last loss/train events.
-    assert float(custom["steps/s"]) == pytest.approx(1 / 0.003, rel=1e-3)
-    assert float(custom["wall time (s)"]) == pytest.approx(19 * 0.003, abs=1e-3)
+    # No time/train_s in these runs: 20 steps of the median logged step time, 2.4 ms.
+    assert float(custom["steps/s"]) == pytest.approx(1 / 0.0024, rel=1e-3)
+    assert float(custom["wall time (s)"]) == pytest.approx(20 * 0.0024, abs=1e-3)
+    # No HParams session end: these runs were never finished.
+    assert custom["status"] == "running or stopped"
     assert custom["saved bytes/step"] == "48,000"
     # time/step_ms: 0.8 of the 3 ms steps, but for a 60 ms warm-up step the median ignores.
     assert float(custom["median step (ms)"]) == pytest.approx(2.4)
@@ -87,14 +89,15 @@ def test_per_run_table(report):
 
 def test_pair_ratios_match_event_data(report, sweep):
     (pair,) = table(report[1], "Pairs")
-    assert pair["runs (custom / builtin)"] == "`0_impl=custom` / `1_impl=builtin`"
+    assert pair["runs (mine / reference)"] == "`0_impl=custom` / `1_impl=builtin`"
+    assert (pair["mine"], pair["reference"]) == ("custom", "builtin")
     assert pair["common steps"] == "20"
     runs = {r.name: r for r in read_runs(sweep)}
     step_ms = {n: np.median(r.scalars["time/step_ms"].values) for n, r in runs.items()}
     expected_time = step_ms["0_impl=custom"] / step_ms["1_impl=builtin"]
-    assert float(pair["time ratio (c/b)"]) == pytest.approx(expected_time, rel=1e-3)
+    assert float(pair["time ratio (mine/ref)"]) == pytest.approx(expected_time, rel=1e-3)
     assert expected_time == pytest.approx(2.4 / 1.0, rel=1e-5)
-    assert float(pair["saved-bytes ratio (c/b)"]) == pytest.approx(48_000 / 64_000)
+    assert float(pair["saved-bytes ratio (mine/ref)"]) == pytest.approx(48_000 / 64_000)
     # Event values are float32: recompute the gap from the events themselves.
     lc = runs["0_impl=custom"].scalars["loss/train"].values
     lb = runs["1_impl=builtin"].scalars["loss/train"].values
@@ -134,13 +137,14 @@ def test_runs_differing_in_one_op_pair_against_the_more_builtin_run(tmp_path, ca
     assert len({r.comparison_key() for r in runs.values()}) == 1
     assert main([str(tmp_path)]) == 0
     pairs = table(capsys.readouterr().out, "Pairs")
-    assert [p["comparison"] for p in pairs] == [
-        "custom / builtin", "custom, ops.conv_bn=builtin / builtin"]
+    assert [(p["mine"], p["reference"]) for p in pairs] == [
+        ("custom", "builtin"), ("custom, ops.conv_bn=builtin", "builtin")]
     (tmp_path / "2_impl=builtin").rename(tmp_path.parent / f"{tmp_path.name}_builtin")
     assert main([str(tmp_path)]) == 0
     pairs = table(capsys.readouterr().out, "Pairs")
-    assert [p["comparison"] for p in pairs] == ["custom / custom, ops.conv_bn=builtin"]
-    assert pairs[0]["runs (custom / builtin)"] == (
+    assert [(p["mine"], p["reference"]) for p in pairs] == [
+        ("custom", "custom, ops.conv_bn=builtin")]
+    assert pairs[0]["runs (mine / reference)"] == (
         "`0_ops.conv_bn=custom` / `1_ops.conv_bn=builtin`")
 
 
@@ -175,21 +179,25 @@ def test_timing_falls_back_to_step_ms(tmp_path, capsys):
     write_job(tmp_path / "j", job_config("custom"), [], poly3_losses(4), 0.004, 10, wall_step=False)
     assert main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
     (row,) = table(capsys.readouterr().out, "Runs")
-    mean_ms = (80.0 + 3 * 3.2) / 4  # one warm-up step, three of 0.8 * 4 ms
-    assert float(row["steps/s"]) == pytest.approx(1000 / mean_ms, rel=1e-3)
-    assert float(row["wall time (s)"]) == pytest.approx(4 * mean_ms / 1000, abs=1e-3)
+    median_ms = 3.2  # one 80 ms warm-up step, three of 0.8 * 4 ms
+    assert float(row["steps/s"]) == pytest.approx(1000 / median_ms, rel=1e-3)
+    assert float(row["wall time (s)"]) == pytest.approx(4 * median_ms / 1000, abs=1e-3)
     assert "Timed from `time/step_ms`: `j`" in (tmp_path / "out" / "compare.md").read_text()
 
 
-def test_time_ratio_falls_back_to_wall_times(tmp_path, capsys):
-    losses = poly3_losses(5)
-    write_job(tmp_path / "c", job_config("custom"), [], losses, 0.006, 10, busy=None)
-    write_job(tmp_path / "b", job_config("builtin"), [], losses, 0.002, 10, busy=0.5)
+def test_time_ratio_falls_back_to_training_seconds(tmp_path, capsys):
+    """Runs without time/step_ms: the ratio is of training seconds per step, marked (wall)."""
+    from tests.compare.app_runs import write_app_job
+
+    write_app_job(tmp_path / "0_impl=custom", job_config("custom"), [], None, 6.0,
+                  log_step_ms=False)
+    write_app_job(tmp_path / "1_impl=builtin", job_config("builtin"), [], None, 2.0,
+                  log_step_ms=False)
     assert main([str(tmp_path)]) == 0
     (pair,) = table(capsys.readouterr().out, "Pairs")
-    assert pair["time ratio (c/b)"] == "3.0000 (wall)"
+    assert pair["time ratio (mine/ref)"] == "3.0000 (wall)"
     assert pair["max abs(Δloss) relative"] == "0.000e+00"
-    assert pair["saved-bytes ratio (c/b)"] == "1.0000"
+    assert pair["saved-bytes ratio (mine/ref)"] == "1.0000"
 
 
 def test_longest_series_wins_over_hparams_subdir(tmp_path):
@@ -276,7 +284,7 @@ def test_compare_on_a_real_sweep(tmp_path):
     pairs = {p["task"]: p for p in table(result.stdout, "Pairs")}
     assert set(pairs) == {"poly3", "mlp"}
     for task, pair in pairs.items():
-        custom, builtin = (n.strip("`") for n in pair["runs (custom / builtin)"].split(" / "))
+        custom, builtin = (n.strip("`") for n in pair["runs (mine / reference)"].split(" / "))
         assert runs[custom]["impl"] == "custom" and runs[builtin]["impl"] == "builtin"
         assert runs[custom]["task"] == runs[builtin]["task"] == task
         c_dir, b_dir = sweep / custom, sweep / builtin
@@ -290,13 +298,13 @@ def test_compare_on_a_real_sweep(tmp_path):
         common = sorted(set(lc) & set(lb))
         rel = max(abs(lc[s] - lb[s]) / max(abs(lb[s]), np.finfo(np.float64).tiny) for s in common)
         assert pair["common steps"] == str(len(common))
-        assert float(pair["time ratio (c/b)"]) == pytest.approx(step_ms[0] / step_ms[1], abs=1e-4)
-        assert float(pair["saved-bytes ratio (c/b)"]) == pytest.approx(
+        assert float(pair["time ratio (mine/ref)"]) == pytest.approx(step_ms[0] / step_ms[1], abs=1e-4)
+        assert float(pair["saved-bytes ratio (mine/ref)"]) == pytest.approx(
             saved[0] / saved[1], abs=1e-4
         )
         assert float(pair["max abs(Δloss) relative"]) == pytest.approx(rel, rel=1e-3, abs=1e-300)
         peaks = [max(event_values(d, "memory/peak_bytes").values()) for d in (c_dir, b_dir)]
-        assert float(pair["peak ratio (c/b)"]) == pytest.approx(peaks[0] / peaks[1], abs=1e-4)
+        assert float(pair["peak ratio (mine/ref)"]) == pytest.approx(peaks[0] / peaks[1], abs=1e-4)
         for name, peak in zip((custom, builtin), peaks, strict=True):
             rss = event_values(sweep / name, "memory/peak_rss_bytes")
             assert float(runs[name]["peak MiB/step"]) == pytest.approx(peak / 2**20, abs=0.06)
@@ -316,7 +324,7 @@ def test_unwritable_out_is_a_clear_error(sweep, tmp_path, capsys):
 def test_group_label_leaves_out_the_sweep_preset():
     from types import SimpleNamespace
 
-    from fitting.compare.plot import group_label
+    from fitting.compare.rows import group_label
 
     run = SimpleNamespace(
         task="mlp", optimizer="adam", overrides=["+experiment=compare_tasks", "impl=custom", "task=mlp", "steps=50"]
@@ -326,8 +334,6 @@ def test_group_label_leaves_out_the_sweep_preset():
 
 def test_a_resumed_run_reads_as_one_curve_without_purged_points(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
-
-    from fitting.compare.runs_reader import find_event_files, read_scalars
 
     # First writer logs steps 0..9 but the checkpoint was at step 6; the resumed writer
     # purges 6..9 and logs 6..11 again with other values.
@@ -339,6 +345,7 @@ def test_a_resumed_run_reads_as_one_curve_without_purged_points(tmp_path):
     for step in range(6, 12):
         second.add_scalar("loss/train", 200.0 + step, step)
     second.close()
-    series = read_scalars(find_event_files(tmp_path))["loss/train"]
+    (run,) = read_runs(tmp_path)
+    series = run.scalars["loss/train"]
     assert series.steps.tolist() == list(range(12))
     assert series.values.tolist() == [100.0 + s for s in range(6)] + [200.0 + s for s in range(6, 12)]
