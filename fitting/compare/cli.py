@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fitting.compare.differences import write_differences
 from fitting.compare.pairing import group_runs, pair_runs, repeat_groups
 from fitting.compare.plot import plot_comparison
 from fitting.compare.rows import MAX_ROWS, Row, choose_rows, describe, make_row
@@ -181,6 +182,7 @@ def report(root: Path, out: Path) -> str:
     pairs = [pair_stats(stats[id(o)], stats[id(b)]) for o, b in all_pairs]
     tables = _tables(runs, stats, pairs, unpaired)
 
+    write_differences(root, all_pairs)
     rows = figure_rows(groups, {gid: pairs for gid, (pairs, _) in paired.items()})
     drawn, _ = choose_rows(rows)
     out.mkdir(parents=True, exist_ok=True)

@@ -131,9 +131,14 @@ def _strip_volatile(node: Any, job_path: str) -> Any:
     return node
 
 
+# Where fitting.compare.differences writes its runs of mine − reference: not runs of the app.
+DIFFERENCES = "differences"
+
+
 def find_event_files(root: Path) -> list[Path]:
-    """Every TensorBoard event file under `root`, sorted."""
-    return sorted(p for p in root.rglob(EVENT_GLOB) if p.is_file())
+    """Every TensorBoard event file of the app's runs under `root`, sorted."""
+    return sorted(p for p in root.rglob(EVENT_GLOB)
+                  if p.is_file() and DIFFERENCES not in p.relative_to(root).parts)
 
 
 def check_event_file(path: Path) -> None:

@@ -24,16 +24,21 @@ FLUSH_SECONDS = 2
 
 # The per-step record that carries every per-step tag; its first one writes the layout.
 LOSS_TAG = "loss/train"
+# The loss again under its task's name: one chart per task, so that one task's scale (poly3's
+# summed loss) never flattens another's when runs of several tasks share a TensorBoard.
+TASK_LOSS = "loss_by_task/{task}/{split}"
+# What a pair's difference run (fitting.compare) logs: mine minus the reference's loss.
+TASK_LOSS_DIFF = "loss_by_task/{task}/train_diff"
 # Per-parameter tags: the values of scalar parameters (poly3) or the norms of tensors.
-PARAM_PREFIXES = ("params/", "weight_norm/")
+PARAM_PREFIXES = ("params/", "norms/weight/")
 # Charts of the "cost per step" category (the memory/peak_* tags: fitting/track/memory.py).
 COST_TAGS = ("memory/saved_bytes", "memory/peak_bytes", "memory/peak_rss_bytes", "time/step_ms")
-# The HParams table's metric columns, first and in this order in every run. TensorBoard takes
-# the columns from one run of a sweep, arbitrarily: these are the ones every task shares.
-METRIC_COLUMNS = ("final/loss", "final/val_loss", "final/step_ms", "final/saved_bytes")
-# The hparams the presets sweep, marked as differing so that the HParams table, which shows
-# five hparams by default, shows them first (else alphabetical: device, dtype, impl, lr, ...).
-HPARAM_AXES = ("impl", "task")
+# The HParams table's metric columns: the per-step tags every task logs, whose last values are
+# the run's final ones (the HParams plugin shows a tag's last value); no one-point charts.
+METRICS = {
+    "loss/train": "final loss", "loss/val": "validation loss", "time/step_ms": "step ms",
+    "memory/saved_bytes": "saved bytes", "memory/peak_rss_bytes": "peak RSS",
+}
 
 
 class TBLogger:
@@ -42,7 +47,9 @@ class TBLogger:
     `purge_step` (resuming a run): TensorBoard drops the events the run wrote at that step or
     later before this writer, in its earlier event files."""
 
-    def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
+    def __init__(
+        self, log_dir: str | Path, purge_step: int | None = None, task: str | None = None
+    ) -> None:
         # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
         from torch.utils.tensorboard import SummaryWriter
 
@@ -56,6 +63,7 @@ class TBLogger:
         new = sorted(set(self.log_dir.glob("events.out.tfevents.*")) - before)
         self.event_file: Path | None = new[-1] if new else None
         self.records = 0  # the records logged to the event file, to say what a lost one held
+        self.task = task
         self._layout_written = False
 
     def __enter__(self) -> TBLogger:
@@ -92,8 +100,13 @@ class TBLogger:
         """
         from torch.utils.tensorboard.summary import scalar
 
+        if self.task is not None:
+            for split in ("train", "val"):
+                if f"loss/{split}" in values:
+                    values = {**values, TASK_LOSS.format(task=self.task, split=split):
+                              values[f"loss/{split}"]}
         if not self._layout_written and LOSS_TAG in values:
-            self.writer.add_custom_scalars(custom_scalars_layout(values))
+            self.writer.add_custom_scalars(custom_scalars_layout(values, self.task))
             self._layout_written = True
         # One event for the record, not one per tag as add_scalar writes: the writer
         # checksums each event in pure Python on its own thread, which competes with the
@@ -107,13 +120,14 @@ class TBLogger:
 
     def histograms(self, step: int, named: list[tuple[str, torch.Tensor]]) -> None:
         """Histograms of each non-scalar parameter ('weights/<name>') and its gradient
-        ('grads/<name>'); scalar parameters have their values logged as 'params/<name>'."""
+        ('weights/<name>.grad'); scalar parameters have their values logged as 'params/<name>'."""
         for name, p in named:
             if p.ndim == 0:
                 continue
             self.writer.add_histogram(f"weights/{name}", p.detach().float().cpu(), step)
             if p.grad is not None:
-                self.writer.add_histogram(f"grads/{name}", p.grad.detach().float().cpu(), step)
+                self.writer.add_histogram(f"weights/{name}.grad", p.grad.detach().float().cpu(),
+                                          step)
 
     def figure(self, tag: str, spec: FigureSpec, step: int, png_path: str | Path) -> None:
         """Draw `spec` into `png_path` and log that PNG as image `tag` at `step`."""
@@ -128,30 +142,23 @@ class TBLogger:
         self.writer.file_writer.add_summary(
             Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
-    def hparams(self, hparams: dict[str, Any], metrics: dict[str, float], step: int) -> None:
-        """Log hparams and final metrics (as scalars at `step`) into this run itself.
-
-        SummaryWriter.add_hparams would write them to a new sub-run named by the time.
-        The HParams table's metric columns are METRIC_COLUMNS, then the other `metrics`.
-        """
+    def hparams(self, hparams: dict[str, Any]) -> None:
+        """Declare the run's hparams and the METRICS columns to TensorBoard's HParams plugin, in
+        this run itself (SummaryWriter.add_hparams would write a new sub-run). The op choices
+        are marked as differing, so the table shows them first."""
         from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
         from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
-        self.flush()
-
-        # Only the names of the metrics go into the summaries; their values are the scalars.
-        columns = dict.fromkeys([*METRIC_COLUMNS, *metrics], 0.0)
-        experiment, start, end = hparams_summaries(hparams, columns)
+        experiment, start, end = hparams_summaries(hparams, dict.fromkeys(METRICS, 0.0))
         plugin_data = experiment.value[0].metadata.plugin_data
         data = HParamsPluginData.FromString(plugin_data.content)
         for info in data.experiment.hparam_infos:
-            info.differs = info.name in HPARAM_AXES
+            info.differs = info.name.startswith("ops.") or info.name == "task"
+        for info in data.experiment.metric_infos:
+            info.display_name = METRICS[info.name.tag]
         plugin_data.content = data.SerializeToString()
-        # As add_hparams writes its summaries, but into this run's own event file.
         for summary in (experiment, start, end):
             self.writer.file_writer.add_summary(summary)
-        for tag, value in metrics.items():
-            self.writer.add_scalar(tag, value, step)
 
 
 def _whole(event_file: Path) -> bool:
@@ -179,16 +186,27 @@ def wait_past_event_files(log_dir: Path) -> None:
         time.sleep(delay)
 
 
-def custom_scalars_layout(tags: Iterable[str]) -> dict[str, dict[str, list]]:
+def custom_scalars_layout(tags: Iterable[str], task: str | None = None) -> dict[str, dict]:
     """The custom-scalars layout (SummaryWriter.add_custom_scalars) for a run logging `tags`.
 
     Each chart is a multi-line chart of exact-tag regexes, so in a sweep it overlays that
-    metric of every run (custom and builtin). Every run writes the layout of its own tags:
-    TensorBoard merges them, so a sweep over tasks gets each task's parameter charts.
+    metric of every run. The loss charts are per task (one task's scale never flattens
+    another's), each beside the chart of mine − reference that `python -m fitting.compare`
+    (run at the end of every sweep) logs for each pair: where the two curves coincide, that
+    chart shows the difference the overlay hides. Every run writes the layout of its own
+    tags, and TensorBoard merges them.
     """
     params = [tag for tag in tags if tag.startswith(PARAM_PREFIXES)]
+    loss = {}
+    if task is not None:
+        train, val = (TASK_LOSS.format(task=task, split=split) for split in ("train", "val"))
+        loss = {
+            f"{task}: loss/train and loss/val, every run": _multiline(train, val),
+            f"{task}: loss/train, mine − reference": _multiline(TASK_LOSS_DIFF.format(task=task)),
+        }
     layout = {
-        "loss": {"loss/train, loss/val": _multiline("loss/train", "loss/val")},
+        f"loss ({task})" if task else "loss": loss or {
+            "loss/train, loss/val": _multiline("loss/train", "loss/val")},
         "parameters": {tag: _multiline(tag) for tag in params},
         "cost per step": {tag: _multiline(tag) for tag in COST_TAGS},
         "optimizer": {"optim/grad_norm": _multiline("optim/grad_norm")},
@@ -202,20 +220,20 @@ def _multiline(*tags: str) -> list:
 
 
 def param_scalars(named: list[tuple[str, torch.Tensor]]) -> dict[str, float]:
-    """'params/<name>' when every parameter is a scalar, else 'weight_norm/<name>' each."""
+    """'params/<name>' when every parameter is a scalar, else 'norms/weight/<name>' each."""
     if all(p.ndim == 0 for _, p in named):
         return {f"params/{name}": p.item() for name, p in named}
     norms = torch.stack([torch.linalg.vector_norm(p.detach()) for _, p in named]).tolist()
-    return {f"weight_norm/{name}": n for (name, _), n in zip(named, norms, strict=True)}
+    return {f"norms/weight/{name}": n for (name, _), n in zip(named, norms, strict=True)}
 
 
 def grad_scalars(named: list[tuple[str, torch.Tensor]]) -> dict[str, float]:
-    """'grad_norm/<name>' of each gradient; none when every parameter is a scalar."""
+    """'norms/grad/<name>' of each gradient; none when every parameter is a scalar."""
     named = [(name, p) for name, p in named if p.grad is not None]
     if all(p.ndim == 0 for _, p in named):
         return {}
     norms = torch.stack([torch.linalg.vector_norm(p.grad) for _, p in named]).tolist()
-    return {f"grad_norm/{name}": n for (name, _), n in zip(named, norms, strict=True)}
+    return {f"norms/grad/{name}": n for (name, _), n in zip(named, norms, strict=True)}
 
 
 def grad_norm(params: list[torch.Tensor]) -> float:

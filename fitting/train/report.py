@@ -90,20 +90,3 @@ def hparams(
     if cfg.compile:
         out["compile"] = "true"
     return out
-
-
-def final_metrics(state: RunState, summary: dict[str, float]) -> dict[str, float]:
-    """The metrics shown next to the hparams: the last loss, validation loss, step time, bytes
-    saved for backward, peak RSS, steps run and the task's own numbers."""
-    ms = sorted(state.step_ms)[len(state.step_ms) // 2] if state.step_ms else float("nan")
-    metrics = {
-        "final/loss": state.loss,
-        "final/step_ms": ms,
-        "final/saved_bytes": float(state.saved_bytes),
-        "final/peak_rss_bytes": float(peak_rss_bytes()),
-        "final/steps": float(state.step),
-    }
-    if state.val_loss is not None:
-        metrics["final/val_loss"] = state.val_loss
-    metrics.update({f"final/{key}": value for key, value in summary.items()})
-    return metrics

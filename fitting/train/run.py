@@ -76,13 +76,12 @@ def run(cfg: Config, out_dir: str | Path) -> float:
             # purge_step: TensorBoard drops what the run logged after its checkpoint, before
             # it stopped, so no step appears twice.
             purge = None if saved is None else state.step
-            with (TBLogger(out, purge_step=purge) as tb,
+            with (TBLogger(out, purge_step=purge, task=task.name) as tb,
                   step_profiler(cfg.profile, out, device) as prof):
                 state = _train(cfg, task, optimizer, tb, ckpt, state, forward, prof)
                 figure = log_figure(tb, task, state.step)
                 summary = task.summary(task.model)
-                tb.hparams(report.hparams(cfg, task.name, ops, device),
-                           report.final_metrics(state, summary), state.step)
+                tb.hparams(report.hparams(cfg, task.name, ops, device))
             ckpt.save(state, "converged" if state.converged else "completed")
         except OSError as err:
             raise WriteFailed(err, ckpt.saved_step, str(ckpt.path)) from err
