@@ -166,7 +166,8 @@ def test_wrong_signature(user_module):
 def test_wrong_output_shape(user_module):
     name, _ = user_module("def my_relu(x):\n    return x.clamp_min(0).sum(0)\n")
     assert _error("activation", f"{name}:my_relu", call=True) == (
-        f"ops.activation={name}:my_relu: wrong output: shape (8,) torch.float32, expected (4, 8) "
+        f"ops.activation={name}:my_relu: wrong output on a reference input: shape (8,) torch.float32, "
+        "expected (4, 8) "
         "torch.float32 (the builtin's on the same input)"
     )
 
