@@ -22,18 +22,6 @@ LIBRARY_OP_TYPES = (
     type(torch.ops.aten.sin),
 )
 _ONCE_DIFFERENTIABLE_CODE = once_differentiable(lambda ctx: None).__code__
-# Phrases of torch's errors for a transform an op does not implement.
-UNSUPPORTED_PHRASES = (
-    "must implement the jvp",
-    "does not support forward",
-    "not implemented",
-    "functorch transforms",
-    "once_differentiable",
-    "differentiate twice",
-    "vmap",
-    "batching rule",
-    "does not have a",
-)
 
 
 def _unwrap(fn: object) -> object:
@@ -55,26 +43,26 @@ def function_class(fn: object) -> type | None:
 
 
 def known_reason(fn: object, need: str) -> str | None:
-    """Why `fn` cannot support `need` ("double_backward" or "forward_ad"), read off its
+    """Why `fn` cannot support `need` ("double_backward", "forward_ad" or "vmap"), read off its
     definition; None when nothing there says so."""
     cls = function_class(fn)
+    old_style = cls is not None and cls.setup_context is torch.autograd.Function.setup_context
+    if need == "vmap" and old_style:
+        return "its forward takes ctx: torch.func transforms need forward + setup_context"
+    if need == "vmap" and cls is not None and not cls.generate_vmap_rule \
+            and cls.vmap is torch.autograd.Function.vmap:
+        return "no vmap rule: set generate_vmap_rule = True or define a vmap staticmethod"
     if need == "forward_ad":
         if is_library_op(fn):
             return "torch.library op: torch drops the tangent (it comes back zero)"
         if cls is not None and cls.jvp is torch.autograd.Function.jvp:
             return "no jvp: the Function defines no jvp staticmethod"
-        if cls is not None and cls.setup_context is torch.autograd.Function.setup_context:
+        if old_style:
             return "its forward takes ctx: torch.func transforms need forward + setup_context"
     if need == "double_backward" and cls is not None:
         if getattr(cls.backward, "__code__", None) is _ONCE_DIFFERENTIABLE_CODE:
             return "once_differentiable: its backward is not differentiable"
     return None
-
-
-def unsupported(err: BaseException) -> bool:
-    """True when `err` is torch saying a transform is not implemented (not a bug in the op)."""
-    text = str(err).lower()
-    return isinstance(err, NotImplementedError) or any(p in text for p in UNSUPPORTED_PHRASES)
 
 
 def first_grads(out: torch.Tensor, inputs: Sequence[torch.Tensor], grad_out: torch.Tensor,

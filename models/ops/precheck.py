@@ -133,7 +133,7 @@ def _check_case(key, op, entry, fn, label, args) -> None:
 
 def _missing(fn, need: str, args: tuple, entry: OpEntry) -> str | None:
     """Why `fn` does not support `need` on `args`, or None when it does."""
-    reason = known_reason(fn, need)
+    reason = known_reason(fn, need) or (need == "forward_ad" and known_reason(fn, "vmap"))
     if reason:
         return reason
     diff = entry.differentiable
