@@ -73,7 +73,8 @@ def run_card(s: Subject, ref: ResolvedOp | None, resolved: ResolvedOp) -> Card:
         checks += _guarded(s, cost_in_model) + _guarded(s, training)
     else:
         checks += _no_model(s)
-    tol = "" if s.tol == (None, None) else f", --rtol {s.tol[0]} --atol {s.tol[1]}"
+    tol = "".join(f", --{n} {v:g}" for n, v in zip(("rtol", "atol"), s.tol, strict=True)
+                  if v is not None)  # fmt: skip
     setting = (
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {s.device}, "
         f"compile backend {s.backend}, reference {s.ref_spec}, dtype "
