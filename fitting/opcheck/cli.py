@@ -116,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OpSpecError, CardAborted) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"opcheck {title(card)}\n{card.setting}\n\n{table(card)}\n\n{verdict_table(card)}\n\n"
-          f"{summary(card)}")  # fmt: skip
+    mark = "WRONG" if card.failed else "PASS"
+    print(f"opcheck {title(card)}\n{card.setting}\n\n{table(card)}\n\nVerdict:\n\n"
+          f"{verdict_table(card)}\n\n{mark}: {summary(card)}")  # fmt: skip
     out = args.out or default_out(args.op, args.spec)
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m fitting.opcheck " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -105,3 +105,12 @@ def test_errors_are_reported_with_a_denominator_that_is_never_zero():
     ok, detail = compare(torch.tensor([float("nan"), 2.0]), torch.tensor([float("nan"), 2.0]),
                          (1e-5, 1e-5))  # fmt: skip
     assert ok and detail.startswith("max abs err 0, max rel err 0 ")
+
+
+def test_a_long_message_is_cut_after_a_sentence_not_inside_one():
+    from fitting.opcheck.subject import line
+
+    first = "Jacobian mismatch for output 0 with respect to input 1 (weight). " + "x" * 200
+    text = line(RuntimeError(first + ". More words follow here.\nnumerical: tensor(...)"))
+    assert text == "RuntimeError: Jacobian mismatch for output 0 with respect to input 1 (weight)."
+    assert line(ValueError("short one\nsecond line")) == "ValueError: short one"
