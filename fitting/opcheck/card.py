@@ -18,7 +18,10 @@ from fitting.opcheck.transforms import forward_ad, gradgradcheck, vmap
 from models.ops.choice import OPS, ResolvedOp
 from models.ops.guard import OpAborted, call_guarded
 
-CALL_TIMEOUT = 60.0  # seconds one check of the card may take
+# Seconds one check of the card may take. The pre-check (30 s) catches an op that hangs on
+# every call first; this bounds one that hangs in one check only, and leaves room for the
+# longest real check (gradgradcheck of conv_bn makes thousands of calls).
+CALL_TIMEOUT = 300.0
 
 
 class CardAborted(Exception):

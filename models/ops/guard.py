@@ -8,6 +8,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+THREAD_NAME = "user-op"
+
+
+def still_running() -> bool:
+    """True while a call that timed out is still running (in a daemon thread)."""
+    return any(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
+
 
 class OpAborted(Exception):
     """The op ended a call by sys.exit or another BaseException, or did not return in time."""
@@ -25,7 +32,7 @@ def call_guarded(fn: Callable[..., Any], *args: Any, timeout: float, **kwargs: A
             box["error"] = err
 
     # A daemon thread: an op that never returns cannot keep the process alive at exit.
-    thread = threading.Thread(target=run, name="user-op", daemon=True)
+    thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
     thread.start()
     thread.join(timeout)
     if thread.is_alive():

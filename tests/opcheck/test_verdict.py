@@ -2,6 +2,9 @@
 capability is not wrong), 1 when something is, 2 when the op cannot run or exits or hangs;
 any reference (--ref), extra arguments in the spec, --rtol/--atol on the card."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -98,4 +101,19 @@ def test_an_op_that_hangs_ends_the_card(monkeypatch):
     assert str(info.value) == (
         "ops.activation=hangs (against builtin): did not return within 0.5 s (an endless loop, "
         "or a deadlock?) (in the card's parity check)"
+    )
+
+
+def test_the_command_exits_2_while_a_hung_call_still_runs(tmp_path):
+    code = (
+        "import sys, runpy; import fitting.opcheck.card as card; card.CALL_TIMEOUT = 1.0; "
+        f"sys.argv = ['opcheck', 'activation', '{WRONG}hangs_in_float64', '--quick', "
+        f"'--out', {str(tmp_path)!r}]; runpy.run_module('fitting.opcheck', run_name='__main__')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.endswith(
+        f"error: ops.activation={WRONG}hangs_in_float64 (against builtin): did not return within "
+        "1 s (an endless loop, or a deadlock?) (in the card's parity check)\n"
     )

@@ -156,3 +156,10 @@ class P3JvpZero(P3JvpWrong):
 def linear_2d_only(x, weight, bias):
     """A linear for 2-D input only (torch.addmm), where the models pass N-D input too."""
     return torch.addmm(bias, x, weight.T)
+
+
+def hangs_in_float64(x):
+    """Right in float32 (the pre-check's dtype); never returns in float64."""
+    if x.dtype == torch.float64:
+        time.sleep(20)
+    return torch.relu(x)
