@@ -13,7 +13,6 @@ from fitting.opcheck.memory import op_in_model, task_saved_bytes
 from fitting.opcheck.tasks import OP_TASK, TASKS, build, describe, loss
 from models.ops import legendre_p3, linear, relu, relu_masked, saved_tensor_bytes
 from models.ops.choice import OPS
-from models.swap import swap_op
 
 ROUNDS = 3  # alternate custom/builtin measurements so drift hits both sides alike
 ROWS, FEATURES = 1024, 512  # relu's input and linear's x (ROWS x FEATURES) @ FEATURES²
@@ -138,7 +137,7 @@ def bench_in_models(device: torch.device, t: float, quick: bool = False) -> list
         task, twin = OP_TASK[op], OPS[op].builtin
         batch = list(TASKS[task].batch(device, quick))
         m = op_in_model(op, fn, twin, device, quick)
-        models = [swap_op(build(TASKS[task], "builtin", device), op, f) for f in (fn, twin)]
+        models = [build(TASKS[task], "builtin", device, ops={op: f}) for f in (fn, twin)]
         name = f"{label} in {task} (bytes: added to the model)"
         rows.append(_model_row(name, task, models, batch, t, "(informative)",
                                (m.added, m.twin_added)))  # fmt: skip

@@ -7,10 +7,10 @@ import torch
 
 from fitting.bench import conv_bn as bench_conv_bn
 from fitting.bench.ops import FEATURES, P3_SIZE, ROWS, compare
-from fitting.opcheck.checks import Check, Subject, line
 from fitting.opcheck.memory import op_in_model
+from fitting.opcheck.subject import Check, Subject, line
 from fitting.opcheck.tasks import OP_TASK, TASKS, build, describe, loss
-from models.swap import swap_op
+from models.ops.choice import OPS
 
 
 def bench_inputs(op: str, device: torch.device, quick: bool) -> tuple[str, tuple]:
@@ -33,7 +33,7 @@ def bench_inputs(op: str, device: torch.device, quick: bool) -> tuple[str, tuple
     n, c_in, c_out, hw = (8, 4, 8, 16) if quick else (b.N, b.C_IN, b.C_OUT, b.HW)
     stats = (torch.zeros(c_out, device=device), torch.ones(c_out, device=device))
     args = (leaf(n, c_in, hw, hw), leaf(c_out, c_in, b.K, b.K), leaf(c_out), leaf(c_out), *stats,
-            True, 0.1, 1e-5, 1, 1, 1, 1)  # fmt: skip
+            True, 0.1, 1e-5, (1, 1), (1, 1), (1, 1), 1)  # fmt: skip
     return f"N={n} {c_in}->{c_out} {hw}x{hw} {b.K}x{b.K}", args
 
 
@@ -43,12 +43,15 @@ def _times(r: dict) -> str:
 
 def cost_alone(s: Subject) -> Check:
     """Bytes saved for backward and fwd+bwd time, op vs twin, one call at the bench size."""
-    size, args = bench_inputs(s.op, s.device, s.quick)
+    if s.op in OPS:
+        size, args = bench_inputs(s.op, s.device, s.quick)
+    else:
+        size, args = "sample 0", s.inputs(0, torch.float32, requires_grad=True)
     t = 0.02 if s.quick else 0.3
     try:
         r = compare(s.op, s.fn, s.twin, list(args), "", t)
     except Exception as err:
-        return Check("cost alone", "fail", f"{size}: raised {line(err)}")
+        return Check("cost alone", "wrong", f"{size}: raised {line(err)}")
     detail = (
         f"{s.op} {size}: saves {r['custom_bytes']:,} vs {r['builtin_bytes']:,} B "
         f"({r['bytes_ratio']:.2f}x); {_times(r)}"
@@ -64,11 +67,11 @@ def cost_in_model(s: Subject) -> Check:
     try:
         m = op_in_model(s.op, s.fn, s.twin, s.device, s.quick)
         batch = task.batch(s.device, s.quick)
-        models = [swap_op(build(task, "builtin", s.device), s.op, f) for f in (s.fn, s.twin)]
+        models = [build(task, "builtin", s.device, ops={s.op: f}) for f in (s.fn, s.twin)]
         steps = [lambda x, y, m=model: loss(task, m, (x, y)) for model in models]
         r = compare(name, *steps, list(batch), "", 0.02 if s.quick else 0.3)
     except Exception as err:
-        return Check(name, "fail", f"raised {line(err)}")
+        return Check(name, "wrong", f"raised {line(err)}")
     ratio = m.total / m.twin_total if m.twin_total else float("nan")
     detail = (
         f"{describe(task, batch)}: adds {m.added:,} B to the model's saved set "

@@ -13,7 +13,6 @@ import torch
 
 from fitting.opcheck.tasks import OP_TASK, TASKS, build, loss
 from models.ops.memory import saved_tensor_bytes
-from models.swap import swap_op
 
 
 @dataclass
@@ -88,7 +87,7 @@ def op_in_model(op: str, fn, twin, device: torch.device, quick: bool = False) ->
     found = []
     for f in (fn, twin):
         counter = SavedAttribution()
-        model = swap_op(build(task, "builtin", device), op, counter.wrap(f))
+        model = build(task, "builtin", device, ops={op: counter.wrap(f)})
         found.append(counter.measure(lambda m=model: loss(task, m, batch)))
     return InModel(task.name, found[0].total, found[1].total, found[0].added_by_op,
                    found[1].added_by_op)

@@ -26,7 +26,8 @@ class TaskModel:
     """A task's model builder, one fixed batch, its loss reduction and SGD settings."""
 
     name: str
-    build: Callable[[str, torch.device], nn.Module]  # (impl, device) -> float32 model
+    # (impl, device, ops) -> float32 model, `ops` mapping an op slot to the function it runs
+    build: Callable[[str, torch.device, dict], nn.Module]
     batch: Callable[[torch.device, bool], Batch]  # (device, quick) -> (inputs, targets)
     reduction: str
     lr: float
@@ -58,15 +59,16 @@ def _cnn_batch(device: torch.device, quick: bool) -> Batch:
 
 TASKS: dict[str, TaskModel] = {
     "mlp": TaskModel(
-        "mlp", lambda impl, device: MLP(1, (64, 64), 1, impl=impl, device=device),
+        "mlp", lambda impl, device, ops: MLP(1, (64, 64), 1, impl=impl, device=device, **ops),
         _line_batch(256), "mean", 0.05, 0.0, 40, "MLP 1-64-64-1, sin on {n} points",
     ),
     "poly3": TaskModel(
-        "poly3", lambda impl, device: Poly3(impl=impl, device=device),
+        "poly3",
+        lambda impl, device, ops: Poly3(impl=ops.get("legendre_p3", impl), device=device),
         _poly3_batch, "sum", 5e-6, 0.0, 40, "a + b·P3(c + d·x), sin on {n} points",
     ),
     "cnn": TaskModel(
-        "cnn", lambda impl, device: CurveCNN(32, (8, 16), impl=impl, device=device),
+        "cnn", lambda impl, device, ops: CurveCNN(32, (8, 16), impl=impl, device=device, **ops),
         _cnn_batch, "mean", 0.01, 0.9, 20, "CurveCNN 32x32, channels 8-16, batch of {n} images",
     ),
 }  # fmt: skip
@@ -74,11 +76,18 @@ TASKS: dict[str, TaskModel] = {
 OP_TASK = {"activation": "mlp", "linear": "mlp", "legendre_p3": "poly3", "conv_bn": "cnn"}
 
 
-def build(task: TaskModel, impl: str, device: torch.device, seed: int = 0) -> nn.Module:
-    """`task`'s model with `impl`, initialized from `seed` without touching the global RNG."""
+def build(
+    task: TaskModel,
+    impl: str = "builtin",
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    ops: dict[str, Callable[..., torch.Tensor]] | None = None,
+) -> nn.Module:
+    """`task`'s model with `impl` for every op but those `ops` gives a function for (slot ->
+    function), initialized from `seed` without touching the global RNG."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return task.build(impl, device)
+        return task.build(impl, torch.device(device), dict(ops or {}))
 
 
 def loss(task: TaskModel, model: nn.Module, batch: Batch) -> torch.Tensor:

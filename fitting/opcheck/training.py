@@ -6,9 +6,8 @@ import math
 
 import torch
 
-from fitting.opcheck.checks import Check, Subject, line
+from fitting.opcheck.subject import Check, Subject, line
 from fitting.opcheck.tasks import OP_TASK, TASKS, build, describe, loss
-from models.swap import swap_op
 
 RTOL = 1e-4  # the largest relative difference of the loss curves that passes
 
@@ -16,7 +15,7 @@ RTOL = 1e-4  # the largest relative difference of the loss curves that passes
 def loss_curve(s: Subject, fn, steps: int) -> list[float]:
     """Training losses of the op's task model running `fn` as the op (SGD, fixed batch)."""
     task = TASKS[OP_TASK[s.op]]
-    model = swap_op(build(task, "builtin", s.device), s.op, fn)
+    model = build(task, "builtin", s.device, ops={s.op: fn})
     batch = task.batch(s.device, s.quick)
     opt = torch.optim.SGD(model.parameters(), lr=task.lr, momentum=task.momentum)
     losses = []
@@ -39,12 +38,13 @@ def training(s: Subject) -> Check:
     try:
         got = loss_curve(s, s.fn, steps)
     except Exception as err:
-        return Check(name, "fail", f"{setting}: raised {line(err)}")
+        return Check(name, "wrong", f"{setting}: raised {line(err)}", "training")
+    rtol = RTOL if s.tol[0] is None else s.tol[0]  # an approximate op's --rtol
     rel = [abs(g - w) / abs(w) if w else abs(g) for g, w in zip(got, want, strict=True)]
     worst = max(range(steps), key=lambda i: rel[i] if math.isfinite(rel[i]) else math.inf)
-    ok = all(math.isfinite(r) and r <= RTOL for r in rel)
+    ok = all(math.isfinite(r) and r <= rtol for r in rel)
     detail = (
         f"{setting}: max rel diff of the loss curves {rel[worst]:.3g} at step {worst + 1} "
-        f"(loss {got[worst]:.6g} vs {want[worst]:.6g}; passes <= {RTOL:g})"
+        f"(loss {got[worst]:.6g} vs {want[worst]:.6g}; passes <= {rtol:g})"
     )
-    return Check(name, "pass" if ok else "fail", detail)
+    return Check(name, "pass" if ok else "wrong", detail, "training")

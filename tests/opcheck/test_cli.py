@@ -43,24 +43,26 @@ def test_a_wrong_op_fails_the_card(tmp_path, capsys):
     printed = capsys.readouterr().out
     card = (tmp_path / "opcheck.md").read_text()
     for text in (printed, card):
-        assert "| gradcheck | fail | GradcheckError: Jacobian mismatch" in text
-        assert "| training (mlp) | fail | " in text
+        assert "| gradcheck | wrong | GradcheckError: Jacobian mismatch" in text
+        assert "| training (mlp) | wrong | " in text
         assert "| forward parity float32 | pass | " in text
     assert card.startswith(f"# opcheck: `ops.activation={spec}`\n\n`python -m fitting.opcheck activation {spec}")
     assert "source: `" in card and "bad_ops.py` (sha256 `" in card
-    assert "**FAIL**: " in card
+    assert "| right for training (forward, first-order gradients) | wrong | " in card
+    assert "**WRONG**: " in card
 
 
 def test_the_docs_example_passes_the_card(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend("docs/examples")
     assert main(["activation", "my_relu:my_relu", "--quick", "--out", str(tmp_path)]) == 0
     card = (tmp_path / "opcheck.md").read_text()
-    rows = [line.split(" | ")[:2] for line in card.splitlines() if line.startswith("| ")][1:]
+    checks = card.split("Verdict:")[0]
+    rows = [line.split(" | ")[:2] for line in checks.splitlines() if line.startswith("| ")][1:]
     statuses = {name.removeprefix("| "): status for name, status in rows}
     assert statuses.pop("torch.library.opcheck") == "skip"
     assert statuses.pop("cost alone") == statuses.pop("cost in mlp") == "info"
-    assert set(statuses.values()) == {"pass"} and len(statuses) == 10, statuses
-    assert "**PASS**: 10 pass, 0 fail, 1 skip, 2 info" in card
+    assert set(statuses.values()) == {"pass"} and len(statuses) == 13, statuses
+    assert "**PASS**: 13 pass, 0 wrong, 0 unsupported, 1 skip, 2 info" in card
 
 
 @pytest.mark.slow
@@ -68,4 +70,4 @@ def test_the_docs_example_passes_the_card(tmp_path, monkeypatch, capsys):
 def test_our_ops_pass_their_cards(op, tmp_path):
     assert main([op, "--quick", "--out", str(tmp_path)]) == 0
     card = (tmp_path / "opcheck.md").read_text()
-    assert "| fail |" not in card and "**PASS**" in card
+    assert "| wrong |" not in card and "**PASS**" in card

@@ -16,3 +16,13 @@ def test_docs_show_the_card_of_each_op():
     for op in ("activation", "linear", "legendre_p3", "conv_bn"):
         assert f"### opcheck: `ops.{op}=custom`" in doc
     assert "### opcheck: `ops.activation=my_relu:my_relu`" in doc
+
+
+def test_docs_show_three_kinds_of_op_and_the_tutorial_ops():
+    doc = (ROOT / "docs" / "ops.md").read_text()
+    for title in ("ops.activation=swish:Swish", "ops.activation=leaky:leaky_relu(negative_slope=0.1)",
+                  "any layer_norm:layer_norm", "ops.activation=tutorial_ops:MyReLU",
+                  "ops.legendre_p3=tutorial_ops:LegendrePolynomial3"):  # fmt: skip
+        assert f"### opcheck: `{title}`" in doc, title
+    for name in ("swish.py", "leaky.py", "layer_norm.py", "tutorial_ops.py"):
+        assert (ROOT / "docs" / "examples" / name).is_file()

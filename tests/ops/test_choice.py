@@ -166,7 +166,8 @@ def test_wrong_signature(user_module):
 def test_wrong_output_shape(user_module):
     name, _ = user_module("def my_relu(x):\n    return x.clamp_min(0).sum(0)\n")
     assert _error("activation", f"{name}:my_relu", call=True) == (
-        f"ops.activation={name}:my_relu: wrong output: shape (8,) torch.float32, expected (4, 8) "
+        f"ops.activation={name}:my_relu: wrong output on a reference input: shape (8,) torch.float32, "
+        "expected (4, 8) "
         "torch.float32 (the builtin's on the same input)"
     )
 
@@ -215,3 +216,103 @@ def test_import_leaves_sys_path_as_it_was(user_module):
     before = list(sys.path)
     resolve_op("activation", f"{name}:f")
     assert sys.path == before
+
+
+def test_extra_arguments_are_bound_as_literals():
+    resolved = resolve_op("activation", "torch.nn.functional:leaky_relu(negative_slope=0.1)")
+    assert resolved.key == "ops.activation=torch.nn.functional:leaky_relu(negative_slope=0.1)"
+    x = torch.tensor([-1.0, 2.0])
+    assert torch.equal(resolved.fn(x), F.leaky_relu(x, negative_slope=0.1))
+    check_op("activation", resolved.fn, resolved.spec)
+    both = resolve_op("activation", "torch:clamp(min=-0.5, max=None)")
+    assert torch.equal(both.fn(x), torch.clamp(x, min=-0.5))
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ("(negative_slope=)", "malformed arguments '(negative_slope=)': expected (name=value, ...) "
+                          "with Python literals as values, e.g. (negative_slope=0.1)"),
+    ("(0.1)", "malformed arguments '(0.1)': expected (name=value, ...)"),
+    ("(negative_slope=0.1", "malformed arguments '(negative_slope=0.1': expected"),
+    ("(negative_slope=slope)", "argument negative_slope=slope is not a Python literal: "
+                               "expected (name=value, ...)"),
+])  # fmt: skip
+def test_malformed_extra_arguments_are_one_line(args, says):
+    spec = f"torch.nn.functional:leaky_relu{args}"
+    assert _error("activation", spec).startswith(f"ops.activation={spec}: {says}")
+
+
+def test_a_partial_built_by_hydra_passes_the_pre_check():
+    import functools
+
+    check_op("activation", functools.partial(F.leaky_relu, negative_slope=0.1), "hydra")
+
+
+def test_a_user_file_named_like_the_labs_package_is_named(user_module, tmp_path):
+    user_module("")
+    (tmp_path / "models.py").write_text("def my_relu(x):\n    return x.clamp_min(0)\n")
+    message = _error("activation", "models:my_relu")
+    assert message.startswith(
+        f"ops.activation=models:my_relu: your file {tmp_path / 'models.py'} has the name of the "
+        "already imported package 'models' ("
+    )
+    assert message.endswith("which is used instead; rename your file (e.g. my_models.py) and "
+                            "name the op by the new module")
+
+
+def test_the_pre_check_calls_the_op_as_the_models_do():
+    bad = "tests.opcheck.wrong_ops:"
+    assert _error("linear", bad + "LinearNoWeightGrad", call=True) == (
+        f"ops.linear={bad}LinearNoWeightGrad: its backward returns no gradient for weight, so "
+        "weight would never train"
+    )
+    assert _error("activation", bad + "ReLUInPlace", call=True) == (
+        f"ops.activation={bad}ReLUInPlace: modifies its input x in place; call "
+        "ctx.mark_dirty(x) or work on a copy"
+    )
+    assert _error("conv_bn", bad + "conv_bn_ints_only", call=True).startswith(
+        f"ops.conv_bn={bad}conv_bn_ints_only: conv_bn(x, weight, bn_weight, bn_bias, "
+        "running_mean, running_var, training, momentum, eps, stride, padding, dilation, groups) "
+        "on a reference input raised TypeError: "
+    )
+    assert _error("linear", bad + "linear_2d_only", call=True).startswith(
+        f"ops.linear={bad}linear_2d_only: linear(x, weight, bias) on N-D input (2, 3, 8) raised "
+    )
+
+
+def test_the_pre_check_refuses_an_op_lacking_what_the_optimizer_needs(monkeypatch):
+    monkeypatch.syspath_prepend("docs/examples")
+    spec = "tutorial_ops:LegendrePolynomial3"
+    fn = resolve_op("legendre_p3", spec).fn
+    check_op("legendre_p3", fn, spec, needs=("double_backward",))
+    with pytest.raises(OpSpecError) as info:
+        check_op("legendre_p3", fn, spec, needs=("forward_ad",))
+    assert str(info.value) == (
+        f"ops.legendre_p3={spec}: optimizer=lm needs forward-mode AD (jvp), which this op does not "
+        "support (no jvp: the Function defines no jvp staticmethod); use optimizer=lbfgs or gd, "
+        "or add a jvp staticmethod"
+    )
+    once = "tests.opcheck.bad_ops:ReLUOnce"
+    with pytest.raises(OpSpecError) as info:
+        check_op("activation", resolve_op("activation", once).fn, once, needs=("double_backward",))
+    assert str(info.value) == (
+        f"ops.activation={once}: optimizer=newton needs double backward (the Hessian), which this "
+        "op does not support (once_differentiable: its backward is not differentiable); use "
+        "optimizer=lbfgs or gd, or write its backward with differentiable torch ops"
+    )
+    lib = "tests.opcheck.library_ops:relu"
+    with pytest.raises(OpSpecError, match=r"\(torch.library op: torch drops the tangent"):
+        check_op("activation", resolve_op("activation", lib).fn, lib, needs=("forward_ad",))
+    check_op("legendre_p3", legendre_p3, needs=("double_backward", "forward_ad"))
+
+
+def test_an_op_that_exits_or_hangs_is_refused(monkeypatch):
+    import models.ops.precheck as precheck
+
+    bad = "tests.opcheck.wrong_ops:"
+    assert _error("activation", bad + "exits", call=True) == (
+        f"ops.activation={bad}exits: called sys.exit(3); an op must return a tensor or raise"
+    )
+    monkeypatch.setattr(precheck, "CHECK_TIMEOUT", 0.5)
+    assert _error("activation", bad + "hangs", call=True) == (
+        f"ops.activation={bad}hangs: did not return within 0.5 s (an endless loop, or a deadlock?)"
+    )
