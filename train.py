@@ -1,6 +1,7 @@
 """Entry point: `python train.py [overrides]`; see `python train.py --help`."""
 
 import logging
+import os
 import signal
 import sys
 
@@ -72,17 +73,28 @@ def fail(message: str, exit_code: int, job_only: bool) -> None:
     """Report `message` once on stderr and in the job's log file, without a traceback; then exit
     with `exit_code`, or (`job_only`: a job of a sweep) fail only this job."""
     record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
-    for handler in logging.getLogger().handlers:
-        # The console handler writes to stdout: the message goes to stderr instead, once.
-        if isinstance(handler, logging.FileHandler):
-            try:
-                handler.handle(record)
-                handler.flush()
-            except OSError:  # the log file is what could not be written: stderr has it
-                pass
+    # A log file that cannot be written (a full disk) is left out quietly, not reported with a
+    # traceback ("--- Logging error ---"): stderr has the message.
+    raise_exceptions, logging.raiseExceptions = logging.raiseExceptions, False
+    try:
+        for handler in logging.getLogger().handlers:
+            # The console handler writes to stdout: the message goes to stderr instead, once.
+            if isinstance(handler, logging.FileHandler):
+                try:
+                    handler.handle(record)
+                    handler.flush()
+                except OSError:  # the log file is what could not be written: stderr has it
+                    pass
+    finally:
+        logging.raiseExceptions = raise_exceptions
     print(message, file=sys.stderr, flush=True)
     if job_only:
         raise JobFailed(message)
+    from models.ops.guard import still_running
+
+    if still_running():  # a user op's timed-out call: torch would abort at interpreter exit
+        sys.stdout.flush()
+        os._exit(exit_code)
     sys.exit(exit_code)
 
 
