@@ -3,10 +3,11 @@ custom-scalars layout that overlays the runs of a sweep."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -35,10 +36,27 @@ PARAM_PREFIXES = ("params/", "norms/weight/")
 COST_TAGS = ("memory/saved_bytes", "memory/peak_bytes", "memory/peak_rss_bytes", "time/step_ms")
 # The HParams table's metric columns: the per-step tags every task logs, whose last values are
 # the run's final ones (the HParams plugin shows a tag's last value); no one-point charts.
+# Four, with short names, so that they fit beside the op choices in a 1600 px window.
 METRICS = {
-    "loss/train": "final loss", "loss/val": "validation loss", "time/step_ms": "step ms",
-    "memory/saved_bytes": "saved bytes", "memory/peak_rss_bytes": "peak RSS",
+    "loss/train": "loss", "time/step_ms": "step ms", "memory/saved_bytes": "saved B",
+    "memory/peak_rss_bytes": "peak RSS",
 }
+
+
+def _names_event_file(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method`, with the OSError of a failed write naming the event file: TensorBoard's writer
+    thread reports one (e.g. a full disk) without the file's name."""
+
+    @functools.wraps(method)
+    def wrapper(self: TBLogger, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as err:
+            if err.filename is None and self.event_file is not None:
+                err.filename = str(self.event_file)
+            raise
+
+    return wrapper
 
 
 class TBLogger:
@@ -77,6 +95,7 @@ class TBLogger:
     ) -> None:
         self.close()
 
+    @_names_event_file
     def close(self) -> None:
         """Flush every event to disk and close the event file; warn if it was deleted meanwhile
         (its records are lost; TensorBoard writes on into a file no one can open)."""
@@ -89,10 +108,12 @@ class TBLogger:
                         "to it (scalars, histograms, figures) are lost; the checkpoint and "
                         "figures are not", self.event_file, self.records)
 
+    @_names_event_file
     def flush(self) -> None:
         """Write every event logged so far to disk."""
         self.writer.flush()
 
+    @_names_event_file
     def scalars(self, step: int, values: dict[str, float]) -> None:
         """Log several scalars at `step` (tags as given, e.g. 'loss/train').
 
@@ -118,6 +139,7 @@ class TBLogger:
         self.writer.file_writer.add_summary(summaries[0], step)
         self.records += 1
 
+    @_names_event_file
     def histograms(self, step: int, named: list[tuple[str, torch.Tensor]]) -> None:
         """Histograms of each non-scalar parameter ('weights/<name>') and its gradient
         ('weights/<name>.grad'); scalar parameters have their values logged as 'params/<name>'."""
@@ -129,6 +151,7 @@ class TBLogger:
                 self.writer.add_histogram(f"weights/{name}.grad", p.grad.detach().float().cpu(),
                                           step)
 
+    @_names_event_file
     def figure(self, tag: str, spec: FigureSpec, step: int, png_path: str | Path) -> None:
         """Draw `spec` into `png_path` and log that PNG as image `tag` at `step`."""
         from tensorboard.compat.proto.summary_pb2 import Summary
@@ -142,6 +165,7 @@ class TBLogger:
         self.writer.file_writer.add_summary(
             Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
+    @_names_event_file
     def hparams(self, hparams: dict[str, Any]) -> None:
         """Declare the run's hparams and the METRICS columns to TensorBoard's HParams plugin, in
         this run itself (SummaryWriter.add_hparams would write a new sub-run). The op choices
