@@ -83,13 +83,17 @@ def _cpu_records(prof: torch.autograd.profiler.profile) -> list[tuple[int, int]]
 
 @dataclass
 class StepMemory:
-    """Which steps get their tensor peak measured (the first logged step from each multiple of
-    `every`; 0: none), and what was measured."""
+    """Which steps get their tensor peak measured (the first logged step from `first` on, then
+    from each multiple of `every`; every=0: none), and what was measured. `first` defaults to
+    1: step 0 allocates the optimizer's state, a one-off."""
 
     device: torch.device
     every: int
+    first: int = 1
     peaks: dict[int, int] = field(default_factory=dict)  # step -> peak tensor bytes
-    _next: float = 1  # step 0 allocates the optimizer's state, a one-off
+
+    def __post_init__(self) -> None:
+        self._next = self.first
 
     @contextmanager
     def measure(self, step: int, logged: bool) -> Iterator[None]:

@@ -17,6 +17,7 @@ import torch
 from fitting.tasks import Task, squared_error
 from fitting.track.memory import StepMemory
 from fitting.track.tb_logging import TBLogger, grad_norm, grad_scalars, param_scalars
+from fitting.train.profile import PROFILED_STEPS
 from fitting.train.signals import NonFiniteStep, StopSignals
 from models.ops import saved_tensor_bytes
 
@@ -75,7 +76,9 @@ def train(
     patience, rtol = cfg.optimizer.stop.patience, cfg.optimizer.stop.rtol
     rtol = 4 * torch.finfo(named[0][1].dtype).eps if rtol is None else rtol
     console_every = cfg.log.console_every or max(1, steps // 10)
-    memory = StepMemory(named[0][1].device, cfg.log.memory_every)
+    # torch runs one profiler at a time: with profile=true, the tensor peak waits for its steps.
+    memory = StepMemory(named[0][1].device, cfg.log.memory_every,
+                        first=PROFILED_STEPS if cfg.profile else 1)
     model.train()
     with StopSignals() as signals:
         for step in range(state.step, steps):
@@ -127,7 +130,7 @@ def _evaluate(cfg: Config, task: Task, tb: TBLogger, state: RunState, step: int)
 def log_figure(tb: TBLogger, task: Task, step: int) -> Path:
     """Draw the task's figure of the fit at `step` into fit_step<step>.png and log it."""
     path = tb.log_dir / f"fit_step{step:06d}.png"
-    tb.figure("fit", task.figure(task.model, step), step, path)
+    tb.figure("plots/fit", task.figure(task.model, step), step, path)
     return path
 
 
@@ -176,7 +179,7 @@ class Closure:
                 self.saved_bytes = saved.bytes
             params = list(self.task.model.parameters())
             self.grad_norm = grad_norm(params)
-            if not torch.isfinite(loss):
+            if not torch.isfinite(loss.detach()):  # detached: no autograd record of the check
                 raise NonFiniteStep("loss", loss.item())
             # A huge but finite gradient can overflow the norm: only then look at the entries.
             if not math.isfinite(self.grad_norm) and not all(

@@ -90,3 +90,21 @@ def hparams(
     if cfg.compile:
         out["compile"] = "true"
     return out
+
+
+def results(state: RunState, summary: dict[str, float]) -> dict[str, float | int | bool | None]:
+    """What results.json holds, at full precision: the last loss, validation loss, steps run,
+    whether the stop rule ended the run, training time, median step time, bytes saved for
+    backward, peak RSS, and the task's own final numbers (at the final parameters)."""
+    ms = sorted(state.step_ms)[len(state.step_ms) // 2] if state.step_ms else None
+    return {
+        "loss": state.loss,
+        "val_loss": state.val_loss,
+        "steps": state.step,
+        "converged": state.converged,
+        "train_s": state.train_s,
+        "step_ms_median": ms,
+        "saved_bytes": state.saved_bytes,
+        "peak_rss_bytes": peak_rss_bytes(),
+        **summary,
+    }

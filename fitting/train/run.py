@@ -4,6 +4,7 @@ start or resume, train, report."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
     from fitting.config import Config
 
 log = logging.getLogger(__name__)
+
+# The run's final numbers at full precision (the closing lines print 6 digits).
+RESULTS = "results.json"
 
 
 def run(cfg: Config, out_dir: str | Path) -> float:
@@ -83,6 +87,7 @@ def run(cfg: Config, out_dir: str | Path) -> float:
                 summary = task.summary(task.model)
                 tb.hparams(report.hparams(cfg, task.name, ops, device))
             ckpt.save(state, "converged" if state.converged else "completed")
+            write_results(out / RESULTS, report.results(state, summary))
         except OSError as err:
             raise WriteFailed(err, ckpt.saved_step, str(ckpt.path)) from err
     for line in report.closing_lines(cfg, task, state, summary, figure):
@@ -115,6 +120,13 @@ def _train(cfg: Config, task: Any, optimizer: Any, tb: TBLogger, ckpt: Checkpoin
         state.val_loss = task.validate(task.model)
         tb.scalars(state.step, {"loss/val": state.val_loss})
     return state
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    """`results` as JSON in `path`, written whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(path)
 
 
 def _build_task(cfg: Config, ops: dict, device: torch.device, dtype: torch.dtype) -> Any:
