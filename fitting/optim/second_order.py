@@ -56,6 +56,16 @@ def residual_fn_from_model(
     return residual_fn
 
 
+def check_size(name: str, n: int, max_params: int) -> None:
+    """ConfigError if `n` parameters are more than optimizer=`name` takes (`max_params`)."""
+    if n > max_params:
+        raise ConfigError(
+            f"optimizer={name} needs an n×n matrix but the model has {n} parameters, "
+            f"more than max_params={max_params}; use optimizer=lbfgs or adam for this model, "
+            f"or raise optimizer.max_params if {n}² entries fit in memory"
+        )
+
+
 class SecondOrderOptimizer(torch.optim.Optimizer):
     """Base of Newton and LM: one parameter group seen as one flat vector θ, a parameter limit."""
 
@@ -82,13 +92,7 @@ class SecondOrderOptimizer(torch.optim.Optimizer):
             )
         # Checked before anything of size n² exists: the limit is what turns an out-of-memory
         # (or an hour-long solve) into a config error.
-        n = sum(p.numel() for p in self.param_groups[0]["params"])
-        if n > max_params:
-            raise ConfigError(
-                f"optimizer={self.name} needs an n×n matrix but the model has {n} parameters, "
-                f"more than max_params={max_params}; use optimizer=lbfgs or adam for this model, "
-                f"or raise optimizer.max_params if {n}² entries fit in memory"
-            )
+        check_size(self.name, sum(p.numel() for p in self.param_groups[0]["params"]), max_params)
         self.residual_fn = residual_fn
         self._params: list[torch.Tensor] = self.param_groups[0]["params"]
         self.last_stats: dict[str, float] = {}

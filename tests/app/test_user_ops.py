@@ -78,7 +78,7 @@ def test_a_user_op_trains_and_is_recorded(user_dir, spec, where):
     source = user_dir / "user_ops.py"
     sha = hashlib.sha256(source.read_bytes()).hexdigest()
     log = (run_dir / "train.log").read_text()
-    assert f"task=mlp impl=custom ops.linear=custom ops.activation={spec} optimizer=" in log
+    assert f"task=mlp ops.linear=custom ops.activation={spec} optimizer=" in log
     assert f"ops.activation={spec}: source {source}, sha256 {sha}\n" in log
     assert (run_dir / "checkpoint.pt").is_file()
 

@@ -1,4 +1,5 @@
-"""Each task is one spec in TASKS, found by name: its YAML option, schema, checks and builder."""
+"""Each task is one option in TASKS, found by name: its YAML option, schema, checks, op slots
+and builder."""
 
 from __future__ import annotations
 
@@ -19,23 +20,24 @@ SMALL = {
 
 
 def problems(cfg) -> list[str]:
-    """What the task's spec finds wrong with `cfg.task`."""
+    """What the task's option finds wrong with `cfg.task`."""
     checker = Checker()
     TASKS[cfg.task.name].check(cfg.task, checker.under("task"))
     return checker.problems
 
 
-def test_one_spec_per_yaml_option():
+def test_one_option_per_yaml_option():
     assert sorted(TASKS) == sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
-    for name, spec in TASKS.items():
-        assert spec.name == spec.schema().name == name
+    for name, option in TASKS.items():
+        assert option.name == option.schema().name == name
 
 
 @pytest.mark.parametrize("name", list(TASKS))
-def test_the_spec_builds_its_task(name):
+def test_the_option_builds_its_task(name):
     cfg = make_cfg(*SMALL[name])
     assert problems(cfg) == []
-    task = build_task(cfg.task, "builtin", torch.device("cpu"), torch.float64, 0)
+    ops = dict.fromkeys(TASKS[name].slots, "builtin")
+    task = build_task(cfg.task, ops, torch.device("cpu"), torch.float64, 0)
     assert task.name == name and task.reduction in ("sum", "mean")
     batch = task.batch(0)
     loss = task.residuals(task.model, batch).pow(2).sum()

@@ -1,5 +1,6 @@
-"""ops.<op>=custom|builtin per op: defaults follow impl, every mix trains as the builtin model,
-the choice is in the log and the hparams, and it defines the run for resume=."""
+"""ops.<slot>=custom|builtin per op slot: defaults follow impl, the model runs the function
+chosen for each slot, every mix trains as the builtin model, the choice is in the log and the
+hparams, and it defines the run for resume=."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 import fitting.config  # noqa: F401  (registers the schemas)
 from fitting.tasks import TASKS
 from fitting.train.checkpoint import load
-from fitting.train.resume import resume_config
 from fitting.train.run import run
 from fitting.train.validate import ConfigError
 from tests.helpers.app_config import make_cfg
@@ -50,10 +50,10 @@ def hparams(run_dir: Path) -> dict[str, object]:
 
 
 def mixes(task: str) -> list[dict[str, str]]:
-    """Every custom/builtin choice of the task's ops (2**k of them)."""
-    ops = TASKS[task].ops
-    return [dict(zip(ops, c, strict=True)) for c in itertools.product(("custom", "builtin"),
-                                                                       repeat=len(ops))]
+    """Every custom/builtin choice of the task's op slots (2**k of them)."""
+    slots = TASKS[task].slots
+    return [dict(zip(slots, c, strict=True)) for c in itertools.product(("custom", "builtin"),
+                                                                        repeat=len(slots))]
 
 
 def test_each_op_follows_impl_unless_given():
@@ -66,8 +66,8 @@ def test_each_op_follows_impl_unless_given():
     assert (cfg.ops.activation, cfg.ops.linear) == ("custom", "builtin")
 
 
-def test_every_task_names_the_ops_it_runs():
-    assert {name: spec.ops for name, spec in TASKS.items()} == {
+def test_every_task_names_the_op_slots_it_runs():
+    assert {name: option.slots for name, option in TASKS.items()} == {
         "poly3": ("legendre_p3",), "mlp": ("linear", "activation"),
         "cnn": ("conv_bn", "activation", "linear")}
 
@@ -119,39 +119,23 @@ def test_a_mixed_run_resumes_and_its_ops_define_it(tmp_path):
     assert "ops.activation: 'builtin' in the checkpoint, 'custom' here" in str(info.value)
 
 
-def test_the_ops_chosen_otherwise_than_impl_are_swapped_in():
+def test_the_model_runs_the_function_chosen_for_each_slot():
     import torch
 
     from fitting.tasks import build_task
-    from fitting.train.ops import resolve_ops, swaps
+    from fitting.train.ops import model_ops, resolve_ops
     from models.layers import Linear, ReLU
-    from models.swap import ReLUCall
+    from models.ops.choice import OPS as OP_FUNCTIONS
 
+    cpu = torch.device("cpu")
     cfg = make_cfg(*SHORT["mlp"], "ops.activation=builtin", "ops.conv_bn=builtin")
-    ops = resolve_ops(cfg.ops, torch.device("cpu"), torch.float32)
-    chosen = swaps(ops, cfg.impl.value, "mlp")
-    assert chosen == {"activation": torch.relu}  # conv_bn is not the mlp's; linear follows impl
-    model = build_task(cfg.task, "custom", torch.device("cpu"), torch.float32, 0, chosen).model
-    assert [type(m) for m in model] == [Linear, ReLUCall, Linear, ReLUCall, Linear]
-    assert all(m.fn is torch.relu for m in model if isinstance(m, ReLUCall))
-    assert not any(isinstance(m, ReLU) for m in model)
-
-
-def test_a_checkpoint_without_ops_resumes_with_each_op_as_its_impl(tmp_path):
-    """A checkpoint written before ops.* and profile existed meant every op as impl."""
-    import torch
-
-    base = [*SHORT["mlp"], *QUIET, "impl=builtin"]
-    whole = run(make_cfg(*base, "steps=6"), tmp_path / "whole")
-    run(make_cfg(*base, "steps=3"), tmp_path / "old")
-    path = tmp_path / "old" / "checkpoint.pt"
-    payload = torch.load(path, weights_only=True)
-    del payload["config"]["ops"], payload["config"]["profile"]
-    torch.save(payload, path)
-    assert load(tmp_path / "old")["config"]["ops"] == dict.fromkeys(OPS, "builtin")
-    overrides = ["steps=6", f"resume={tmp_path / 'old'}"]
-    cfg = resume_config(make_cfg(*overrides), overrides, {"task": "poly3"})  # as train.py does
-    assert {op: cfg.ops[op] for op in OPS} == dict.fromkeys(OPS, "builtin")
-    assert cfg.profile is False
-    resumed = run(make_cfg(*base, "steps=6", f"resume={tmp_path / 'old'}"), tmp_path / "old")
-    assert resumed == whole
+    resolved = resolve_ops(cfg, TASKS["mlp"].slots, cpu, torch.float32)
+    # conv_bn is not the mlp's; linear follows impl.
+    assert {slot: r.spec for slot, r in resolved.items()} == {
+        "linear": "custom", "activation": "builtin"}
+    chosen = model_ops(resolved)
+    assert chosen == {"linear": OP_FUNCTIONS["linear"].custom, "activation": torch.relu}
+    model = build_task(cfg.task, chosen, cpu, torch.float32, 0).model
+    assert [type(m) for m in model] == [Linear, ReLU, Linear, ReLU, Linear]
+    assert all(m.impl is torch.relu for m in model if isinstance(m, ReLU))
+    assert all(m.impl is OP_FUNCTIONS["linear"].custom for m in model if isinstance(m, Linear))

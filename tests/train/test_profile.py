@@ -54,13 +54,14 @@ def test_no_profile_by_default_and_a_run_too_short_says_so(tmp_path, caplog):
 
 
 def test_profile_and_the_sampled_tensor_peak_take_turns(tmp_path):
-    """torch runs one profiler at a time: with profile=true the step's tensor peak is first
-    sampled after the profiled steps, and both are recorded."""
+    """torch runs one profiler at a time: with profile=true the step's tensor peak (opt-in,
+    log.memory_every) is first sampled after the profiled steps, and both are recorded."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from fitting.train.profile import PROFILED_STEPS
 
-    run(make_cfg(*MLP, "steps=9", "log.every=1", "profile=true"), tmp_path)
+    run(make_cfg(*MLP, "steps=9", "log.every=1", "log.memory_every=1000", "profile=true"),
+        tmp_path)
     assert (tmp_path / TRACE).is_file()
     events = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
     events.Reload()

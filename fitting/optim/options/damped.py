@@ -25,12 +25,14 @@ def check(cfg: Any, c: Checker) -> None:
         c.at_least("ftol", cfg.ftol, 0.0, "(or null)")
 
 
-def task_residuals(name: str, model: nn.Module, task: Task) -> ResidualFn:
+def task_residuals(name: str, model: nn.Module, task: Task, max_params: int) -> ResidualFn:
     """The residuals of the task's (full) batch as a pure function of the model's parameters;
-    ConfigError for a model that updates state in training (batch-norm statistics) or a task
-    that draws a new minibatch each step."""
-    from fitting.optim.second_order import residual_fn_from_model
+    ConfigError for a model of more than `max_params` parameters (checked first: the model
+    size rules the optimizer out whatever else), one that updates state in training
+    (batch-norm statistics) or a task that draws a new minibatch each step."""
+    from fitting.optim.second_order import check_size, residual_fn_from_model
 
+    check_size(name, sum(p.numel() for p in model.parameters()), max_params)
     buffers = [buffer for buffer, _ in model.named_buffers()]
     if buffers:
         raise ConfigError(

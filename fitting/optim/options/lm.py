@@ -54,7 +54,7 @@ def build(cfg: Any, model: nn.Module, task: Task) -> torch.optim.Optimizer:
 
     optimizer = LevenbergMarquardt(
         model.parameters(),
-        damped.task_residuals("lm", model, task),
+        damped.task_residuals("lm", model, task, cfg.max_params),
         reduction=task.reduction,
         damping=cfg.damping,
         scaling=cfg.scaling.value,

@@ -47,7 +47,7 @@ def build(cfg: Any, model: nn.Module, task: Task) -> torch.optim.Optimizer:
 
     optimizer = Newton(
         model.parameters(),
-        damped.task_residuals("newton", model, task),
+        damped.task_residuals("newton", model, task, cfg.max_params),
         reduction=task.reduction,
         damping=cfg.damping,
         min_damping=cfg.min_damping,
