@@ -32,11 +32,14 @@ def first_nonfinite(task: Task, batch: Any) -> str | None:
     leaves = [m for m in model.modules() if not list(m.children())]
     handles = [m.register_forward_hook(hook) for m in leaves]
     try:
-        with warnings.catch_warnings(), torch.autograd.detect_anomaly(check_nan=True):
+        # Ignored before detect_anomaly starts: it warns (on stderr, above the run's one-line
+        # message) as it is entered.
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            loss = squared_error(task.residuals(model, batch), task.reduction)
-            if not found:
-                loss.backward()
+            with torch.autograd.detect_anomaly(check_nan=True):
+                loss = squared_error(task.residuals(model, batch), task.reduction)
+                if not found:
+                    loss.backward()
     except RuntimeError as err:
         first = str(err).splitlines()[0]
         found.append(f"autograd's anomaly mode: {first}")

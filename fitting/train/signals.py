@@ -3,6 +3,7 @@ gradient before its update, and the exceptions that say why a run stopped."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import signal
@@ -65,7 +66,13 @@ def last_checkpoint(saved_step: int | None, checkpoint: str) -> str:
     """Where the run can be resumed from: its last checkpoint and the command, if any."""
     if saved_step is None:
         return "no checkpoint was written yet: start the run again"
-    run_dir = str(Path(checkpoint).parent)
+    path = Path(checkpoint)
+    if not path.is_file():  # the run dir removed or replaced meanwhile
+        gone = (f"{path} is gone" if path.parent.is_dir() else
+                f"the run dir {path.parent} is no longer a directory" if path.parent.exists()
+                else f"the run dir {path.parent} is gone")
+        return f"{gone}: no checkpoint is left to resume from; start the run again"
+    run_dir = str(path.parent)
     return (f"the last good checkpoint is {checkpoint} (after step {saved_step}); resume with: "
             f"{resume_command(run_dir)}")
 
@@ -75,7 +82,8 @@ class WriteFailed(RunStopped):
 
     def __init__(self, err: OSError, saved_step: int | None, checkpoint: str) -> None:
         what = err.strerror or str(err)
-        where = f" {err.filename}" if err.filename else ""
+        # os.fsdecode: TensorBoard's writer names its event file in bytes.
+        where = f" {os.fsdecode(err.filename)}" if err.filename else ""
         super().__init__(
             f"could not write{where}: {what}; {last_checkpoint(saved_step, checkpoint)}",
             WRITE_FAILED_EXIT,

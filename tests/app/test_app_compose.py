@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -13,7 +14,6 @@ from hydra.errors import ConfigCompositionException
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fitting.config  # noqa: F401  (registers the schemas)
-from fitting.train import loop
 from fitting.train.run import run
 from tests.helpers.app_config import make_cfg
 from tests.helpers.tutorial import tutorial_fit
@@ -56,12 +56,12 @@ def test_every_task_and_impl_runs_and_logs(task, impl, tmp_path):
         assert acc.Tags()["histograms"] == []
     else:
         assert "loss/val" in scalars and sorted(curve(acc, "loss/val")) == [0, 3, 6]
-        assert any(t.startswith("weight_norm/") for t in scalars)
-        assert any(t.startswith("grad_norm/") for t in scalars)
+        assert any(t.startswith("norms/weight/") for t in scalars)
+        assert any(t.startswith("norms/grad/") for t in scalars)
         assert any(t.startswith("weights/") for t in acc.Tags()["histograms"])
-        assert any(t.startswith("grads/") for t in acc.Tags()["histograms"])
+        assert any(t.endswith(".grad") for t in acc.Tags()["histograms"])
     # Figures at step 4 (log.figure_every) and at the end, in TensorBoard and as PNG files.
-    assert [e.step for e in acc.Images("fit")] == [4, 6]
+    assert [e.step for e in acc.Images("plots/fit")] == [4, 6]
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == ["fit_step000004.png", "fit_step000006.png"]
     assert (tmp_path / pngs[-1]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -81,12 +81,15 @@ def test_hparams_are_in_the_run_itself(tmp_path):
     ).session_start_info
     hp = {k: v.string_value or v.number_value for k, v in start.hparams.items()}
     assert hp == {
-        "task": "poly3", "impl": "builtin", "optimizer": "gd", "lr": pytest.approx(1e-6),
+        "task": "poly3", "optimizer": "gd", "lr": pytest.approx(1e-6),
         "steps": 3, "seed": 7, "device": "cpu", "dtype": "float32",
         "ops.legendre_p3": "builtin",  # the task's ops, each as chosen (here by impl)
     }
-    metrics = set(acc.Tags()["scalars"])
-    assert {"final/loss", "final/a", "final/b", "final/c", "final/d"} <= metrics
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/experiment"]).experiment
+    assert [m.name.tag for m in experiment.metric_infos] == [
+        "loss/train", "time/step_ms", "memory/saved_bytes", "memory/peak_rss_bytes"]
+    assert {"loss", "a", "b", "c", "d"} <= set(results(acc))
 
 
 def test_task_defaults_and_command_line_precedence():
@@ -177,20 +180,18 @@ def test_writer_flushed_and_closed_on_exception(tmp_path, monkeypatch):
     assert sorted(curve(read_run(tmp_path), "loss/train")) == [0, 1, 2, 3, 4]
 
 
-def test_progress_bar_only_on_a_terminal_outside_ci(monkeypatch, tmp_path, capsys):
-    monkeypatch.delenv("CI", raising=False)
-    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
-    assert not loop.show_progress()
-    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
-    assert loop.show_progress()
-    monkeypatch.setenv("CI", "true")
-    assert not loop.show_progress()
-
-    monkeypatch.setattr(loop, "show_progress", lambda: True)
-    run(make_cfg("steps=20"), tmp_path)
-    assert "20/20" in capsys.readouterr().out  # the bar's last state
-    log_file = tmp_path / "train.log"
-    assert not log_file.exists() or "20/20" not in log_file.read_text()
+def test_progress_lines_ten_per_run_unless_told(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    run(make_cfg("steps=20", "log.figure_every=0"), tmp_path / "default")
+    steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    # Each step as TensorBoard numbers it (from 0) and how many are done.
+    assert len(steps) == 10
+    assert re.fullmatch(r"step 1  loss \S+  \(2/20 steps done\)", steps[0]), steps[0]
+    assert re.fullmatch(r"step 19  loss \S+  \(20/20 steps done\)", steps[-1]), steps[-1]
+    caplog.clear()
+    run(make_cfg("steps=20", "log.figure_every=0", "log.console_every=5"), tmp_path / "every5")
+    steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert [s.split("(")[1] for s in steps] == [f"{n}/20 steps done)" for n in (5, 10, 15, 20)]
 
 
 # --- Results of the default configs, and custom vs builtin -------------------------------------
@@ -212,7 +213,7 @@ def default_runs(tmp_path_factory):
 def test_poly3_reproduces_the_tutorial(default_runs, impl):
     loss, acc = default_runs["poly3", impl]
     assert round(loss, 4) == 8.9436
-    final = {name: acc.Scalars(f"final/{name}")[-1].value for name in "abcd"}
+    final = {name: results(acc)[name] for name in "abcd"}
     assert final["b"] == pytest.approx(-2.2085, abs=5e-5)
     assert final["d"] == pytest.approx(0.25549, abs=5e-6)
     assert abs(final["a"]) < 1e-6 and abs(final["c"]) < 1e-6  # sin is odd
@@ -230,7 +231,12 @@ def test_poly3_prints_the_formula(tmp_path, caplog):
     assert len(result) == 1
     assert re.fullmatch(r"Result: y = \S+ \+ -2\.2085 \* P3\(\S+ \+ 0\.25549 x\)", result[0])
     messages = "\n".join(r.getMessage() for r in caplog.records)
-    assert "final loss 8.9436" in messages
+    assert re.search(r"^final loss 8\.9436\d* \(the last step's, before its update\) after 2000 "
+                     r"steps \(", messages, re.MULTILINE)
+    assert "\nconvergence: ran all 2000 steps; " in messages
+    assert "\nmemory: process peak RSS " in messages
+    assert re.search(r"^at the final parameters: a=\S+, b=-2\.2085\d*, c=\S+, d=0\.25548\d*, "
+                     r"optimum_loss=8\.81717, rel_gap=0\.01428", messages, re.MULTILINE)
     assert f"tensorboard --logdir {tmp_path.resolve()}" in messages
 
 
@@ -238,7 +244,7 @@ def test_mlp_default_run_reaches_mse_1e_3(default_runs):
     for impl in ("custom", "builtin"):
         loss, acc = default_runs["mlp", impl]
         assert loss <= 1e-3
-        assert acc.Scalars("final/val_mse")[-1].value <= 1e-3
+        assert results(acc)["val_mse"] <= 1e-3
 
 
 @pytest.mark.parametrize("task", ["poly3", "mlp"])
@@ -275,3 +281,8 @@ def test_cnn_default_run_reaches_stated_val_loss(tmp_path):
     run(make_cfg("task=cnn"), tmp_path)
     val = curve(read_run(tmp_path), "loss/val")
     assert max(val.values()) == val[0] and val[2000] <= 0.007
+
+
+def results(acc) -> dict:
+    """results.json of the run whose events `acc` read."""
+    return json.loads((Path(acc.path) / "results.json").read_text())

@@ -124,10 +124,13 @@ def run_train_sweep(sweep_dir: Path, *overrides: str) -> None:
 
 
 def tensorboard_run_names(sweep_dir: Path) -> dict[str, str]:
-    """impl -> the run name TensorBoard gives each job's event file (its dir under sweep_dir)."""
+    """impl -> the run name TensorBoard gives each job's event file (its dir under sweep_dir);
+    runs that are not a job's (the sweep's differences) are left out."""
     names = {}
     for event_file in sweep_dir.rglob("events.out.tfevents.*"):
-        job_dir = next(p for p in event_file.parents if (p / ".hydra").is_dir())
+        job_dir = next((p for p in event_file.parents if (p / ".hydra").is_dir()), None)
+        if job_dir is None:
+            continue
         config = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
         names[str(config.impl)] = event_file.parent.relative_to(sweep_dir).as_posix()
     return names

@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from fitting.track.tb_logging import METRIC_COLUMNS, TBLogger, custom_scalars_layout
+from fitting.track.tb_logging import METRICS, TBLogger, custom_scalars_layout
 from tests.helpers.sweep_fixtures import REPO, tensorboard_run_names
 from tests.helpers.tensorboard_server import WAIT_S, get_json, tensorboard
 
@@ -24,9 +24,8 @@ LAYOUT_TAG = "custom_scalars__config__"
 POLY3_STEP = {"params/a": 0.0, "params/b": -1.0, "params/c": 0.0, "params/d": 0.3,
               "loss/train": 9.0, "optim/grad_norm": 1.0, "memory/saved_bytes": 32004.0,
               "time/step_ms": 0.3}
-HPARAMS = {"task": "poly3", "impl": "custom", "optimizer": "sgd", "lr": 5e-6, "steps": 2,
-           "seed": 0, "device": "cpu", "dtype": "float32"}
-FINAL = {"final/loss": 9.0, "final/step_ms": 0.3, "final/saved_bytes": 32004.0, "final/a": 0.0}
+HPARAMS = {"ops.legendre_p3": "custom", "task": "poly3", "optimizer": "sgd", "lr": 5e-6,
+           "steps": 2, "seed": 0, "device": "cpu", "dtype": "float32"}
 # Every chart of every task: (category, chart title) -> the tags it draws.
 FIXED_CHARTS = {
     ("loss", "loss/train, loss/val"): ["^loss/train$", "^loss/val$"],
@@ -35,6 +34,12 @@ FIXED_CHARTS = {
     ("cost per step", "memory/peak_rss_bytes"): ["^memory/peak_rss_bytes$"],
     ("cost per step", "time/step_ms"): ["^time/step_ms$"],
     ("optimizer", "optim/grad_norm"): ["^optim/grad_norm$"],
+}
+# A poly3 run's loss charts (the task's own tags, and a pair's mine − reference).
+POLY3_LOSS = {
+    ("loss (poly3)", "poly3: loss/train and loss/val, every run"):
+        ["^loss_by_task/poly3/train$", "^loss_by_task/poly3/val$"],
+    ("loss (poly3)", "poly3: loss/train, mine − reference"): ["^loss_by_task/poly3/train_diff$"],
 }
 
 
@@ -59,15 +64,23 @@ def layout_in(run_dir: Path) -> dict:
 
 
 def test_layout_has_one_chart_per_metric_and_parameter():
-    mlp_step = {"loss/train": 1.0, "weight_norm/0.weight": 2.0, "weight_norm/0.bias": 3.0,
-                "grad_norm/0.weight": 4.0, "optim/grad_norm": 1.0}
+    mlp_step = {"loss/train": 1.0, "norms/weight/0.weight": 2.0, "norms/weight/0.bias": 3.0,
+                "norms/grad/0.weight": 4.0, "optim/grad_norm": 1.0}
     layout = custom_scalars_layout(mlp_step)
     assert list(layout) == ["loss", "parameters", "cost per step", "optimizer"]
     assert layout["parameters"] == {
-        "weight_norm/0.weight": ["Multiline", [r"^weight_norm/0\.weight$"]],
-        "weight_norm/0.bias": ["Multiline", [r"^weight_norm/0\.bias$"]],
+        "norms/weight/0.weight": ["Multiline", [r"^norms/weight/0\.weight$"]],
+        "norms/weight/0.bias": ["Multiline", [r"^norms/weight/0\.bias$"]],
     }
     assert layout["loss"] == {"loss/train, loss/val": ["Multiline", ["^loss/train$", "^loss/val$"]]}
+    # A run of a task: its loss charts are that task's, beside mine − reference of a pair.
+    layout = custom_scalars_layout(mlp_step, "mlp")
+    assert list(layout) == ["loss (mlp)", "parameters", "cost per step", "optimizer"]
+    assert layout["loss (mlp)"] == {
+        "mlp: loss/train and loss/val, every run":
+            ["Multiline", ["^loss_by_task/mlp/train$", "^loss_by_task/mlp/val$"]],
+        "mlp: loss/train, mine − reference": ["Multiline", ["^loss_by_task/mlp/train_diff$"]],
+    }
     # Exact tags: params/a's chart must not also draw a params/ab.
     (regex,) = custom_scalars_layout(POLY3_STEP)["parameters"]["params/a"][1]
     assert re.search(regex, "params/a") and not re.search(regex, "params/ab")
@@ -106,23 +119,21 @@ def test_a_resumed_run_reads_in_order_after_a_file_of_the_same_second(tmp_path):
 def test_hparams_table_columns_and_sweep_axes(tmp_path):
     with TBLogger(tmp_path) as tb:
         tb.scalars(0, POLY3_STEP)
-        tb.hparams(HPARAMS, FINAL, step=2)
+        tb.hparams(HPARAMS)
     acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0}).Reload()
     content = acc.PluginTagToContent("hparams")
     experiment = plugin_data_pb2.HParamsPluginData.FromString(
         content["_hparams_/experiment"]
     ).experiment
-    # The shared columns first, in one order in every run (TensorBoard shows the first 5).
-    columns = [m.name.tag for m in experiment.metric_infos]
-    assert columns == [*METRIC_COLUMNS, "final/a"]
+    # The per-step tags every task logs, with short names, in one order in every run.
+    assert [m.name.tag for m in experiment.metric_infos] == list(METRICS)
+    assert [m.display_name for m in experiment.metric_infos] == list(METRICS.values())
     differs = {h.name for h in experiment.hparam_infos if h.differs}
-    assert differs == {"impl", "task"}
+    assert differs == {"ops.legendre_p3", "task"}
     assert {h.name for h in experiment.hparam_infos} == set(HPARAMS)
     assert "_hparams_/session_start_info" in content and "_hparams_/session_end_info" in content
-    # The values are the run's own scalars at the final step; no sub-run dir.
-    assert {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in FINAL} == {
-        t: [(2, pytest.approx(v))] for t, v in FINAL.items()
-    }
+    # No one-point final/* charts, no sub-run dir.
+    assert not [t for t in acc.Tags()["scalars"] if t.startswith("final/")]
     assert [p for p in tmp_path.iterdir() if p.is_dir()] == []
 
 
@@ -160,23 +171,25 @@ def test_tensorboard_serves_layout_and_hparams_of_a_compare_impls_sweep(tmp_path
         layout = poll(lambda: get_json(base + "data/plugin/custom_scalars/layout"),
                       lambda answer: bool(answer), deadline)
         params = {("parameters", f"params/{p}"): [f"^params/{p}$"] for p in "abcd"}
-        assert charts(layout) == {**FIXED_CHARTS, **params}
+        fixed = {k: v for k, v in FIXED_CHARTS.items() if k[0] != "loss"}
+        assert charts(layout) == {**fixed, **params, **POLY3_LOSS}
         # Each multi-line chart draws its tag for every run: custom and builtin overlaid.
         scalars = get_json(base + "data/plugin/scalars/tags")
         assert all("loss/train" in scalars[run] for run in names.values())
 
         experiment = post_json(base + "data/plugin/hparams/experiment", {"experimentName": ""})
         columns = [m["name"]["tag"] for m in experiment["metricInfos"]]
-        assert columns[:4] == list(METRIC_COLUMNS)
+        assert columns == list(METRICS)
         groups = post_json(base + "data/plugin/hparams/session_groups", {
             "experimentName": "", "startIndex": 0, "sliceSize": 100, "colParams": [],
             "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
                                 "STATUS_RUNNING"],
         })["sessionGroups"]
     rows = {g["name"]: g for g in groups}
-    assert set(rows) == set(names.values())
+    assert set(names.values()) <= set(rows)
     for impl, run in names.items():
-        assert rows[run]["hparams"]["impl"] == impl
+        assert rows[run]["hparams"]["ops.legendre_p3"] == impl
+        # The per-step tags' last values: the run's final ones.
         values = {m["name"]["tag"]: m["value"] for m in rows[run]["metricValues"]}
-        assert {"final/loss", "final/step_ms", "final/saved_bytes"} <= set(values)
-        assert values["final/saved_bytes"] > 0 and values["final/step_ms"] > 0
+        assert {"loss/train", "time/step_ms", "memory/saved_bytes"} <= set(values)
+        assert values["memory/saved_bytes"] > 0 and values["time/step_ms"] > 0

@@ -52,7 +52,15 @@ def _pop_log(payload):
     return payload
 
 
-def _rename_task(payload):
+def _rename_task(path: Path) -> None:
+    """A run dir of another version, whose task this version does not have: its checkpoint
+    and its .hydra/config.yaml name that task."""
+    edited(_renamed)(path)
+    config = path.parent / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace("name: poly3", "name: quadratic", 1))
+
+
+def _renamed(payload):
     payload["config"]["task"]["name"] = "quadratic"
     return payload
 
@@ -76,11 +84,11 @@ CASES = {
                    "does not fit task=poly3 of this version of the app: its model has "
                    "layers.0.weight, layers.0.bias, the task's has a, b, c, d"),
     "other_loop": (edited(lambda d: dict(d, loop=dict(d["loop"], lr_schedule=1))),
-                   "does not fit task=poly3 of this version of the app (LoopState"),
+                   "does not fit task=poly3 of this version of the app (RunState"),
     "other_config": (edited(_pop_log),
                      "was written by an incompatible version of this app: its config lacks "
                      "log.console_every, log.every"),
-    "unknown_task": (edited(_rename_task),
+    "unknown_task": (_rename_task,
                      "was written by another version of this app: its task 'quadratic' is "
                      "not one of this version's (cnn, mlp, poly3)"),
 }

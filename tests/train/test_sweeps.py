@@ -156,10 +156,9 @@ def test_compare_impls_preset_runs_on_joblib_in_worker_processes(tmp_path):
         f"hydra.sweep.dir={tmp_path}",
     )
     rest = "steps=5,task.hidden=[8],task.n_points=32,task=mlp"
-    dirs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
-    assert dirs == [f"0_impl=custom,{rest}", f"1_impl=builtin,{rest}"]
-    for job_dir, impl in zip(sorted(p for p in tmp_path.iterdir() if p.is_dir()),
-                             ["custom", "builtin"], strict=True):
+    job_dirs = sorted(p for p in tmp_path.iterdir() if (p / ".hydra").is_dir())
+    assert [p.name for p in job_dirs] == [f"0_impl=custom,{rest}", f"1_impl=builtin,{rest}"]
+    for job_dir, impl in zip(job_dirs, ["custom", "builtin"], strict=True):
         config = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
         assert (config.impl, config.task.name, config.optimizer.name) == (impl, "mlp", "adam")
         assert event_file_pid(job_dir) != main_pid  # a joblib worker ran it
