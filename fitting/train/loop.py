@@ -87,8 +87,7 @@ def train(
             _evaluate(cfg, task, tb, state, step)
             # The parameters the step's loss is computed at, before the update; also when the
             # stop rule may end the run at this step.
-            near_stop = patience > 0 and state.quiet >= patience - 1
-            scalars = param_scalars(named) if logged or near_stop else {}
+            scalars = param_scalars(named) if logged or 0 < patience <= state.quiet + 1 else {}
 
             batch = task.batch(step)
             closure = Closure(task, forward, batch, optimizer, count_saved=logged)
@@ -100,7 +99,6 @@ def train(
             state.record(loss, ms, time.perf_counter() - t0, rtol, patience)
 
             if logged or state.converged:
-                state.saved_bytes = closure.saved_bytes
                 scalars.update(_step_scalars(closure, optimizer, named, ms, state))
                 scalars.update(memory.scalars(step))
                 tb.scalars(step, scalars)
@@ -137,8 +135,9 @@ def log_figure(tb: TBLogger, task: Task, step: int) -> Path:
 def _step_scalars(
     closure: Closure, optimizer: Any, named: list, ms: float, state: RunState
 ) -> dict[str, float]:
-    """A logged step's scalars: loss, ‖∇loss‖, saved bytes, time, the optimizer's own, and
-    each tensor's gradient norm."""
+    """A logged step's scalars: loss, ‖∇loss‖, saved bytes (kept in `state`), time, the
+    optimizer's own, and each tensor's gradient norm."""
+    state.saved_bytes = closure.saved_bytes
     values = {
         "loss/train": state.loss,
         "optim/grad_norm": closure.grad_norm,

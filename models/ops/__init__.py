@@ -1,20 +1,10 @@
 """The op library: custom autograd Functions, their functional aliases and built-in twins.
 
-The app's ops are in this package; `exhibits/` holds the teaching exhibits (cube,
-mul_constant, legendre_p3_numpy, ScalarTensor, once_differentiable), re-exported here too.
+The app's ops are in this package; `models.ops.exhibits` holds the teaching exhibits (cube,
+mul_constant, legendre_p3_numpy, ScalarTensor, once_differentiable, relu_cpp), which no
+training run needs, so they are imported from there.
 """
 
-from .exhibits import (
-    Cube,
-    LegendreP3NumPy,
-    MulConstant,
-    ScalarTensor,
-    cube,
-    legendre_p3_numpy,
-    legendre_p3_numpy_backward,
-    mul_constant,
-    once_differentiable,
-)
 from .fused_conv_bn import FusedConvBN2dFunction, fused_conv_bn2d, fused_conv_bn2d_builtin
 from .legendre import LegendreP3, legendre_p3, legendre_p3_builtin
 from .linear import LinearFn, linear, linear_builtin

@@ -80,7 +80,6 @@ def test_cnn_step_point_in_a_fresh_process():
     assert result["rss_peak_bytes"] >= result["rss_start_bytes"] > 0
     assert result["cpu_ms"] > 0 and result["faults"] >= 0
     assert result["malloc"] == malloc_note()  # the child inherits this process's environment
-    assert "profiler" not in out.stderr.lower() and "USDT" not in out.stderr
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 import torch
 from torch.autograd.function import once_differentiable
 
-from models.ops import once_differentiable as models_once_differentiable
+from models.ops.exhibits import once_differentiable as models_once_differentiable
 
 
 class ReLUBackwardTimesTwo(torch.autograd.Function):

@@ -10,10 +10,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch.autograd import gradcheck, gradgradcheck
 
-from models.ops import (
+from models.ops import legendre_p3, legendre_p3_builtin
+from models.ops.exhibits import (
     LegendreP3NumPy,
-    legendre_p3,
-    legendre_p3_builtin,
     legendre_p3_numpy,
     legendre_p3_numpy_backward,
     once_differentiable,

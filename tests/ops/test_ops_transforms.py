@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch.func import hessian, jacfwd, jacrev, vmap
 
-from models.ops import cube, legendre_p3, linear, relu, relu_masked
+from models.ops import legendre_p3, linear, relu, relu_masked
+from models.ops.exhibits import cube
 
 OPS = {"legendre_p3": legendre_p3, "relu": relu, "relu_masked": relu_masked, "cube": cube}
 

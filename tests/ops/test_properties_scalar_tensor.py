@@ -12,9 +12,7 @@ import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from models.ops import (
-    ScalarTensor,
-)
+from models.ops.exhibits import ScalarTensor
 from tests.helpers.property_checks import (
     PROPERTY_MARKS,
     props,

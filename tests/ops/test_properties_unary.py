@@ -13,16 +13,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.ops import (
-    cube,
-    fused_conv_bn2d,
-    legendre_p3,
-    legendre_p3_numpy,
-    linear,
-    mul_constant,
-    relu,
-    relu_masked,
-)
+from models.ops import fused_conv_bn2d, legendre_p3, linear, relu, relu_masked
+from models.ops.exhibits import cube, legendre_p3_numpy, mul_constant
 from tests.helpers.property_checks import (
     OP,
     PROPERTY_MARKS,

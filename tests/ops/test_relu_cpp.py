@@ -142,7 +142,7 @@ def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 
 def _final_loss(stdout: str) -> float:
-    found = re.findall(r"final loss (\S+), val loss", stdout)
+    found = re.findall(r"final loss (\S+) \(", stdout)
     assert len(found) == 1, stdout
     return float(found[0])
 

@@ -5,7 +5,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-from models.ops import ScalarTensor
+from models.ops.exhibits import ScalarTensor
 
 
 @pytest.fixture
