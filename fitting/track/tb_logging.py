@@ -99,10 +99,16 @@ class TBLogger:
     def close(self) -> None:
         """Flush every event to disk and close the event file; warn if it was deleted meanwhile
         (its records are lost; TensorBoard writes on into a file no one can open)."""
+        file_writer = self.writer.file_writer
         try:
             self.flush()
         finally:
-            self.writer.close()
+            try:
+                self.writer.close()
+            finally:
+                # A failed flush leaves TensorBoard's writer thread running: closing the file
+                # writer joins it, so a traceback it prints comes before the run's last line.
+                file_writer.close()
         if self.event_file is not None and not _whole(self.event_file):
             log.warning("the event file %s was deleted during the run: up to %d records logged "
                         "to it (scalars, histograms, figures) are lost; the checkpoint and "
