@@ -34,13 +34,10 @@ TASK_LOSS_DIFF = "loss_by_task/{task}/train_diff"
 PARAM_PREFIXES = ("params/", "norms/weight/")
 # Charts of the "cost per step" category (the memory/peak_* tags: fitting/track/memory.py).
 COST_TAGS = ("memory/saved_bytes", "memory/peak_bytes", "memory/peak_rss_bytes", "time/step_ms")
-# The HParams table's metric columns: the per-step tags every task logs, whose last values are
-# the run's final ones (the HParams plugin shows a tag's last value); no one-point charts.
-# Four, with short names, so that they fit beside the op choices in a 1600 px window.
-METRICS = {
-    "loss/train": "loss", "time/step_ms": "step ms", "memory/saved_bytes": "saved B",
-    "memory/peak_rss_bytes": "peak RSS",
-}
+# The HParams table's metric columns: per-step tags every task logs, whose last values are the
+# run's final ones (the HParams plugin shows a tag's last value), so no one-point charts. Three
+# with short names, so that they fit beside the op choices in a 1600 px window.
+METRICS = {"loss/train": "loss", "time/step_ms": "step ms", "memory/saved_bytes": "saved B"}
 
 
 def _names_event_file(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -183,7 +180,7 @@ class TBLogger:
         plugin_data = experiment.value[0].metadata.plugin_data
         data = HParamsPluginData.FromString(plugin_data.content)
         for info in data.experiment.hparam_infos:
-            info.differs = info.name.startswith("ops.") or info.name == "task"
+            info.differs = info.name.startswith("ops.")
         for info in data.experiment.metric_infos:
             info.display_name = METRICS[info.name.tag]
         plugin_data.content = data.SerializeToString()

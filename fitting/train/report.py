@@ -73,22 +73,13 @@ def convergence_line(cfg: Config, state: RunState, summary: dict[str, float]) ->
 def hparams(
     cfg: Config, task: str, ops: dict[str, ResolvedOp], device: Any
 ) -> dict[str, Any]:
-    """The run's hyperparameters for TensorBoard's HParams tab (numbers and strings only): the
-    op choices first, lr only for the optimizers that take one."""
+    """The run's hyperparameters for TensorBoard's HParams tab: one column per op slot, and the
+    rest of the run in one `run` column. TensorBoard shows 5 hparam columns by default; this
+    keeps every op choice among them with the metric columns beside them in a 1600 px window."""
     out: dict[str, Any] = {f"ops.{slot}": r.spec for slot, r in ops.items()}
-    out.update({
-        "task": task,
-        "optimizer": cfg.optimizer.name,
-        "lr": cfg.optimizer.lr,
-        "steps": cfg.steps,
-        "seed": cfg.seed,
-        "device": str(device),
-        "dtype": cfg.dtype.value,
-    })
-    if not OPTIMIZERS[cfg.optimizer.name].takes_lr:
-        del out["lr"]
-    if cfg.compile:
-        out["compile"] = "true"
+    lr = f" lr={cfg.optimizer.lr:g}" if OPTIMIZERS[cfg.optimizer.name].takes_lr else ""
+    out["run"] = (f"{task} {cfg.optimizer.name}{lr} steps={cfg.steps} seed={cfg.seed} "
+                  f"{cfg.dtype.value} {device}" + (" compile" if cfg.compile else ""))
     return out
 
 

@@ -81,14 +81,13 @@ def test_hparams_are_in_the_run_itself(tmp_path):
     ).session_start_info
     hp = {k: v.string_value or v.number_value for k, v in start.hparams.items()}
     assert hp == {
-        "task": "poly3", "optimizer": "gd", "lr": pytest.approx(1e-6),
-        "steps": 3, "seed": 7, "device": "cpu", "dtype": "float32",
         "ops.legendre_p3": "builtin",  # the task's ops, each as chosen (here by impl)
+        "run": "poly3 gd lr=1e-06 steps=3 seed=7 float32 cpu",  # the rest, in one column
     }
     experiment = plugin_data_pb2.HParamsPluginData.FromString(
         content["_hparams_/experiment"]).experiment
     assert [m.name.tag for m in experiment.metric_infos] == [
-        "loss/train", "time/step_ms", "memory/saved_bytes", "memory/peak_rss_bytes"]
+        "loss/train", "time/step_ms", "memory/saved_bytes"]
     assert {"loss", "a", "b", "c", "d"} <= set(results(acc))
 
 

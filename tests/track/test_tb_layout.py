@@ -24,8 +24,7 @@ LAYOUT_TAG = "custom_scalars__config__"
 POLY3_STEP = {"params/a": 0.0, "params/b": -1.0, "params/c": 0.0, "params/d": 0.3,
               "loss/train": 9.0, "optim/grad_norm": 1.0, "memory/saved_bytes": 32004.0,
               "time/step_ms": 0.3}
-HPARAMS = {"ops.legendre_p3": "custom", "task": "poly3", "optimizer": "sgd", "lr": 5e-6,
-           "steps": 2, "seed": 0, "device": "cpu", "dtype": "float32"}
+HPARAMS = {"ops.legendre_p3": "custom", "run": "poly3 sgd lr=5e-06 steps=2 seed=0 float32 cpu"}
 # Every chart of every task: (category, chart title) -> the tags it draws.
 FIXED_CHARTS = {
     ("loss", "loss/train, loss/val"): ["^loss/train$", "^loss/val$"],
@@ -129,7 +128,7 @@ def test_hparams_table_columns_and_sweep_axes(tmp_path):
     assert [m.name.tag for m in experiment.metric_infos] == list(METRICS)
     assert [m.display_name for m in experiment.metric_infos] == list(METRICS.values())
     differs = {h.name for h in experiment.hparam_infos if h.differs}
-    assert differs == {"ops.legendre_p3", "task"}
+    assert differs == {"ops.legendre_p3"}
     assert {h.name for h in experiment.hparam_infos} == set(HPARAMS)
     assert "_hparams_/session_start_info" in content and "_hparams_/session_end_info" in content
     # No one-point final/* charts, no sub-run dir.
