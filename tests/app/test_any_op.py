@@ -38,6 +38,16 @@ def test_torch_and_user_activations_train_in_the_activation_slot(
     assert losses["swish:Swish"] == pytest.approx(losses["torch.nn.functional:silu"], rel=1e-5)
 
 
+def test_a_sweep_dir_names_an_op_with_its_arguments(tmp_path, train_cli):
+    sweep = tmp_path / "sweep"
+    done = train_cli("-m", *MLP, "steps=2", f"ops.activation=custom,{LEAKY.split('=', 1)[1]}",
+                     f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 0, done.stderr
+    names = sorted(p.name for p in sweep.iterdir() if (p / ".hydra").is_dir())
+    assert "ops.activation={_target_:torch.nn.functional.leaky_relu,_partial_:True," \
+        "negative_slope:0.1}" in names[1]
+
+
 def test_an_op_with_arguments_in_hydras_form_trains_and_is_named(tmp_path, train_cli):
     out = tmp_path / "run"
     done = train_cli(*MLP, "steps=3", LEAKY, f"hydra.run.dir={out}")
@@ -60,6 +70,7 @@ def test_a_sweep_of_reference_vs_mine_is_paired_and_differenced(
     done = train_cli("-m", *MLP, "steps=4", "ops.activation=torch.nn.functional:silu,swish:Swish",
                      f"hydra.sweep.dir={sweep}")
     assert done.returncode == 0, done.stderr
+    assert done.stdout.count(f"all jobs of the sweep: tensorboard --logdir {sweep}") == 1
     jobs = sorted(p.name for p in sweep.iterdir() if (p / ".hydra").is_dir())
     assert any("ops.activation=swish:Swish" in job for job in jobs)
     differences = list((sweep / "differences").iterdir())
