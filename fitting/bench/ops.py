@@ -10,7 +10,7 @@ from torch.utils.benchmark import Timer
 
 from fitting.bench.report import quantiles
 from fitting.opcheck.memory import op_in_model, task_saved_bytes
-from fitting.opcheck.tasks import OP_TASK, TASKS, build, describe, loss
+from fitting.opcheck.trial_models import OP_TASK, TASKS, build, describe, loss
 from models.ops import legendre_p3, linear, relu, relu_masked, saved_tensor_bytes
 from models.ops.choice import OPS
 

@@ -9,7 +9,7 @@ from fitting.bench import conv_bn as bench_conv_bn
 from fitting.bench.ops import FEATURES, P3_SIZE, ROWS, compare
 from fitting.opcheck.memory import op_in_model
 from fitting.opcheck.subject import Check, Subject, line
-from fitting.opcheck.tasks import OP_TASK, TASKS, build, describe, loss
+from fitting.opcheck.trial_models import OP_TASK, TASKS, build, describe, loss
 from models.ops.choice import OPS
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fitting.opcheck.tasks import OP_TASK, TASKS, build, loss
+from fitting.opcheck.trial_models import OP_TASK, TASKS, build, loss
 from models.ops.memory import saved_tensor_bytes
 
 

@@ -7,7 +7,7 @@ import math
 import torch
 
 from fitting.opcheck.subject import Check, Subject, line
-from fitting.opcheck.tasks import OP_TASK, TASKS, build, describe, loss
+from fitting.opcheck.trial_models import OP_TASK, TASKS, build, describe, loss
 
 RTOL = 1e-4  # the largest relative difference of the loss curves that passes
 
