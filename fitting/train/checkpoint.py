@@ -13,7 +13,7 @@ import io
 import os
 import random
 import warnings
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fitting.config import OpsConfig
 from fitting.train.checkpoint_errors import (
     check_belongs,
     check_integrity,
@@ -117,18 +116,9 @@ def load(run_dir: str | Path) -> Payload:
         raise unreadable(path, err) from err
     check_payload(raw, path, FORMAT)
     check_belongs(raw["config"], path)
-    add_implied_keys(raw["config"])
     payload = Payload(raw)
     payload.path = path
     return payload
-
-
-def add_implied_keys(config: dict[str, Any]) -> None:
-    """Fill in, in place, the keys a checkpoint written before them implies: each op as its
-    `impl` (ops.*), no profiling."""
-    if "impl" in config:
-        config.setdefault("ops", {f.name: config["impl"] for f in fields(OpsConfig)})
-    config.setdefault("profile", False)
 
 
 def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> RunState:
