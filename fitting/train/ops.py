@@ -11,9 +11,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fitting.checks import ConfigError
-from models.ops.choice import OPS, OpSpecError, ResolvedOp, check_op, resolve_op
+from models.ops._checks import IMPLS
+from models.ops.choice import OpSpecError, ResolvedOp, check_op, resolve_op
 
-BUILTIN_SPECS = ("custom", "builtin")
 # What each optimizer needs of every op beyond a forward and a backward.
 OPTIMIZER_NEEDS = {"newton": ("double_backward",), "lm": ("forward_ad",)}
 
@@ -41,7 +41,7 @@ def resolve_ops(
         choice = cfg.ops[slot]
         try:
             resolved = _resolve(slot, choice)
-            if resolved.spec not in BUILTIN_SPECS:
+            if resolved.spec not in IMPLS:
                 check_op(slot, resolved.fn, resolved.spec, dtype, device, needs=needs)
         except OpSpecError as err:
             raise ConfigError(str(err)) from None
@@ -73,12 +73,8 @@ def _resolve(slot: str, choice: Any) -> ResolvedOp:
 
 
 def model_ops(ops: dict[str, ResolvedOp]) -> dict[str, Callable[..., torch.Tensor]]:
-    """{slot: the function the model runs}: ours or the twin for custom/builtin, else the
-    user's."""
-    return {
-        slot: getattr(OPS[slot], r.spec) if r.spec in BUILTIN_SPECS else r.fn
-        for slot, r in ops.items()
-    }
+    """{slot: the function the model runs}: ours, the twin or the user's."""
+    return {slot: r.fn for slot, r in ops.items()}
 
 
 def user_op_lines(ops: dict[str, ResolvedOp]) -> list[str]:
@@ -86,5 +82,5 @@ def user_op_lines(ops: dict[str, ResolvedOp]) -> list[str]:
     run)."""
     return [
         f"{r.key}: source {r.source}, sha256 {r.sha256}"
-        for r in ops.values() if r.spec not in BUILTIN_SPECS
+        for r in ops.values() if r.spec not in IMPLS
     ]
