@@ -95,7 +95,7 @@ class TBLogger:
     @_names_event_file
     def close(self) -> None:
         """Flush every event to disk and close the event file; warn if it was deleted meanwhile
-        (its records are lost; TensorBoard writes on into a file no one can open)."""
+        (what was logged before is lost; TensorBoard recreated the file with the rest)."""
         file_writer = self.writer.file_writer
         try:
             self.flush()

@@ -30,15 +30,14 @@ class RunStopped(Exception):
 
 
 class Interrupted(RunStopped):
-    """Stopped by SIGINT or SIGTERM after finishing a step; exit status 128 + the signal."""
+    """Stopped by SIGINT, SIGTERM or SIGHUP after finishing a step (and saving it); exit status
+    128 + the signal."""
 
     def __init__(self, signum: int, step: int, steps: int, run_dir: str) -> None:
         name = signal.Signals(signum).name
-        super().__init__(
-            f"interrupted by {name} after {step} of {steps} steps (checkpoint saved); "
-            f"resume with: {resume_command(run_dir)}",
-            128 + signum,
-        )
+        saved = last_checkpoint(step, str(Path(run_dir) / "checkpoint.pt"))
+        super().__init__(f"interrupted by {name} after {step} of {steps} steps; {saved}",
+                         128 + signum)
         self.signum, self.step = signum, step
 
 

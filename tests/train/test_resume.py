@@ -74,8 +74,9 @@ def test_interrupted_and_resumed_equals_uninterrupted(task, tmp_path, train_cli)
     saved = load(run_dir)
     assert saved["status"] == "interrupted" and 50 <= saved["step"] < steps
     name = signal.Signals(signum).name
-    message = (f"interrupted by {name} after {saved['step']} of {steps} steps (checkpoint "
-               f"saved); resume with: python train.py resume={run_dir}")
+    message = (f"interrupted by {name} after {saved['step']} of {steps} steps; the last good "
+               f"checkpoint is {run_dir / 'checkpoint.pt'} (after step {saved['step']}); "
+               f"resume with: python train.py resume={run_dir}")
     assert err == message + "\n"
     assert message in (run_dir / "train.log").read_text()
     hydra_config = (run_dir / ".hydra" / "config.yaml").read_text()
