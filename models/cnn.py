@@ -7,13 +7,14 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .layers import FusedConvBN2d, Impl, Linear, ReLU
+from .layers import FusedConvBN2d, Linear, Op, ReLU
+from .ops import fused_conv_bn2d, relu
+from .ops import linear as _linear
 
 
 class CurveCNN(nn.Module):
-    """[FusedConvBN2d 3x3 → activation → 2x2 max-pool] per entry of `channels`, then an MLP
-    head. `impl` runs every op unless `conv_bn`, `activation` or `linear` names that op's own;
-    max-pooling and flattening are plain torch."""
+    """[conv_bn 3x3 → activation → 2x2 max-pool] per entry of `channels`, then a
+    Linear → activation → Linear head; max-pool and flatten are plain torch."""
 
     def __init__(
         self,
@@ -21,18 +22,15 @@ class CurveCNN(nn.Module):
         channels: Sequence[int] = (8, 16),
         hidden: int = 64,
         out_features: int = 4,
-        impl: Impl = "custom",
+        *,
+        conv_bn: Op = fused_conv_bn2d,
+        activation: Op = relu,
+        linear: Op = _linear,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
-        *,
-        conv_bn: Impl | None = None,
-        activation: Impl | None = None,
-        linear: Impl | None = None,
     ) -> None:
         super().__init__()
-        conv_bn, activation, linear = (impl if op is None else op
-                                       for op in (conv_bn, activation, linear))
-        if len(channels) < 1 or image_size % 2 ** len(channels):
+        if not channels or image_size % 2 ** len(channels):
             raise ValueError(
                 f"CurveCNN: image_size={image_size} must be divisible by 2**len(channels)"
                 f" = {2 ** len(channels)} (and channels non-empty)"
@@ -41,19 +39,16 @@ class CurveCNN(nn.Module):
         blocks: list[nn.Module] = []
         in_ch = 1
         for out_ch in channels:
-            blocks += [
-                FusedConvBN2d(in_ch, out_ch, 3, padding=1, impl=conv_bn, **factory),
-                ReLU(impl=activation),
-                nn.MaxPool2d(2),
-            ]
+            blocks += [FusedConvBN2d(in_ch, out_ch, 3, padding=1, op=conv_bn, **factory),
+                       ReLU(op=activation), nn.MaxPool2d(2)]
             in_ch = out_ch
         self.features = nn.Sequential(*blocks)
         side = image_size // 2 ** len(channels)
         self.head = nn.Sequential(
             nn.Flatten(),
-            Linear(in_ch * side * side, hidden, impl=linear, **factory),
-            ReLU(impl=activation),
-            Linear(hidden, out_features, impl=linear, **factory),
+            Linear(in_ch * side * side, hidden, op=linear, **factory),
+            ReLU(op=activation),
+            Linear(hidden, out_features, op=linear, **factory),
         )
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

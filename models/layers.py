@@ -1,83 +1,88 @@
-"""nn.Modules built on the op library. Each layer's `impl` says which function runs its op:
-"custom" (ours), "builtin" (PyTorch's twin) or any function taking the op's arguments."""
+"""Drop-in nn.Modules running an op: ours by default, or any callable with the op's arguments."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from .conv_bn import FusedConvBN2d, fuse_conv_bn, unfuse_conv_bn  # noqa: F401
-from .ops import linear, relu
-from .ops._checks import check_impl, impl_name
-from .ops.conv_bn_checks import check_param_dtype
+from .ops import fused_conv_bn2d, linear, relu
 
-Impl = str | Callable[..., torch.Tensor]
+Op = Callable[..., torch.Tensor]
 
 
-class Linear(nn.Module):
-    """Drop-in for nn.Linear (same parameters, init and state_dict) running `impl`'s linear."""
+def _name(op: Op) -> str:
+    return getattr(op, "__qualname__", None) or repr(op)
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        impl: Impl = "custom",
-        device=None,
-        dtype=None,
-    ) -> None:
-        super().__init__()
-        check_impl("Linear", impl, function_ok=True)
-        for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Linear: {name} must be a positive int, got {value!r}")
-        check_param_dtype("Linear", dtype)
-        self.in_features = in_features
-        self.out_features = out_features
-        self.impl = impl
-        factory = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(out_features, in_features, **factory))
-        if bias:
-            self.bias = nn.Parameter(torch.empty(out_features, **factory))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        """Initialize exactly as nn.Linear does (Kaiming-uniform weight, fan-in-bounded bias)."""
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features)
-            nn.init.uniform_(self.bias, -bound, bound)
+class Linear(nn.Linear):
+    """nn.Linear (same parameters, init and state_dict) computing `op(x, weight, bias)`."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 op: Op = linear, device=None, dtype=None) -> None:
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.op = op
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ weight.T + bias."""
-        if callable(self.impl):
-            return self.impl(x, self.weight, self.bias)
-        return linear(x, self.weight, self.bias, self.impl)
+        """op(x, weight, bias), by default x @ weight.T + bias."""
+        return self.op(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"bias={self.bias is not None}, impl={impl_name(self.impl)}"
-        )
+        return f"{super().extra_repr()}, op={_name(self.op)}"
 
 
 class ReLU(nn.Module):
-    """Drop-in for nn.ReLU running the custom op (saves its output, shared with the next layer);
-    with a function as `impl`, any elementwise activation (a Swish, a GELU, an STE)."""
+    """An elementwise activation `op(x)`: ours relu by default (a Swish, a GELU, an STE...)."""
 
-    def __init__(self, impl: Impl = "custom") -> None:
+    def __init__(self, *, op: Op = relu) -> None:
         super().__init__()
-        check_impl("ReLU", impl, function_ok=True)
-        self.impl = impl
+        self.op = op
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """max(x, 0), or `impl(x)`."""
-        return self.impl(x) if callable(self.impl) else relu(x, self.impl)
+        """op(x), by default max(x, 0)."""
+        return self.op(x)
 
     def extra_repr(self) -> str:
-        return f"impl={impl_name(self.impl)}"
+        return f"op={_name(self.op)}"
+
+
+class FusedConvBN2d(nn.Sequential):
+    """nn.Sequential(nn.Conv2d(bias=False), nn.BatchNorm2d) (same state_dict) run as one op.
+
+    `op` takes fused_conv_bn2d's arguments; nn.BatchNorm2d's train/eval, momentum=None and
+    track_running_stats rules are applied here, as the module pair applies them.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
+                 stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] | str = 0,
+                 dilation: int | tuple[int, int] = 1, groups: int = 1, eps: float = 1e-5,
+                 momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, *, op: Op = fused_conv_bn2d,
+                 device=None, dtype=None) -> None:
+        factory = {"device": device, "dtype": dtype}
+        super().__init__(
+            nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                      bias=False, **factory),
+            nn.BatchNorm2d(out_channels, eps, momentum, affine, track_running_stats, **factory),
+        )
+        self.op = op
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """bn(conv(x)) through `op`."""
+        conv, bn = self[0], self[1]
+        count = bn.training and bn.track_running_stats and bn.num_batches_tracked is not None
+        factor = 0.0 if bn.momentum is None else bn.momentum
+        if count and bn.momentum is None:  # cumulative moving average
+            factor = 1.0 / float(bn.num_batches_tracked + 1)
+        use_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
+        keep_stats = not bn.training or bn.track_running_stats
+        stats = (bn.running_mean, bn.running_var) if keep_stats else (None, None)
+        out = self.op(x, conv.weight, bn.weight, bn.bias, *stats, use_batch_stats, factor,
+                      bn.eps, conv.stride, conv.padding, conv.dilation, conv.groups)
+        if count:  # after the op accepted the input, as nn.BatchNorm2d
+            bn.num_batches_tracked.add_(1)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"op={_name(self.op)}"

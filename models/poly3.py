@@ -5,17 +5,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .layers import Impl
-from .ops import legendre_p3
-from .ops._checks import check_impl, impl_name
+from .layers import Op, _name
+from .ops import legendre_p3 as _legendre_p3
 
 # The tutorial's starting point: y = -P3(0.3 x).
 TUTORIAL_START = {"a": 0.0, "b": -1.0, "c": 0.0, "d": 0.3}
 
 
 class Poly3(nn.Module):
-    """y = a + b * P3(c + d x), P3 the Legendre polynomial of degree 3: the custom op, its twin
-    or any function of x (`impl`)."""
+    """y = a + b * P3(c + d x), P3 computed by `legendre_p3` (ours by default)."""
 
     def __init__(
         self,
@@ -23,13 +21,13 @@ class Poly3(nn.Module):
         b: float = TUTORIAL_START["b"],
         c: float = TUTORIAL_START["c"],
         d: float = TUTORIAL_START["d"],
-        impl: Impl = "custom",
+        *,
+        legendre_p3: Op = _legendre_p3,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_impl("Poly3", impl, function_ok=True)
-        self.impl = impl
+        self.legendre_p3 = legendre_p3
         factory = {"device": device, "dtype": dtype}
         self.a = nn.Parameter(torch.tensor(a, **factory))
         self.b = nn.Parameter(torch.tensor(b, **factory))
@@ -38,9 +36,7 @@ class Poly3(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """a + b * P3(c + d x), elementwise."""
-        z = self.c + self.d * x
-        p3 = self.impl(z) if callable(self.impl) else legendre_p3(z, self.impl)
-        return self.a + self.b * p3
+        return self.a + self.b * self.legendre_p3(self.c + self.d * x)
 
     def formula(self, digits: int = 5) -> str:
         """The current fit as text, e.g. 'y = 0.0 + -2.2085 * P3(0.0 + 0.25549 x)'."""
@@ -48,4 +44,4 @@ class Poly3(nn.Module):
         return f"y = {a} + {b} * P3({c} + {d} x)"
 
     def extra_repr(self) -> str:
-        return f"impl={impl_name(self.impl)}"
+        return f"legendre_p3={_name(self.legendre_p3)}"

@@ -1,13 +1,12 @@
-"""The op library: custom autograd Functions, their functional aliases and built-in twins.
+"""The ops: custom autograd Functions, each with a PyTorch twin computing the same thing.
 
-The app's ops are in this package; `models.ops.exhibits` holds the teaching exhibits (cube,
-mul_constant, legendre_p3_numpy, ScalarTensor, once_differentiable, relu_cpp), which no
-training run needs, so they are imported from there.
+Twins: linear ~ torch.nn.functional.linear, relu/relu_masked ~ torch.relu,
+legendre_p3 ~ legendre_p3_reference, fused_conv_bn2d ~ conv_bn_reference. The teaching
+exhibits, which no training run needs, are in `models.ops.exhibits`.
 """
 
-from .fused_conv_bn import FusedConvBN2dFunction, fused_conv_bn2d, fused_conv_bn2d_builtin
-from .legendre import LegendreP3, legendre_p3, legendre_p3_builtin
-from .linear import LinearFn, linear, linear_builtin
+from .fused_conv_bn import FusedConvBN2dFunction, conv_bn_reference, fused_conv_bn2d
+from .legendre import LegendreP3, legendre_p3, legendre_p3_reference
+from .linear import LinearFn, linear
 from .memory import SavedBytes, saved_tensor_bytes
-from .relu import ReLUFn, relu_masked
-from .relu_output import ReLUOutputFn, relu
+from .relu import ReLUFn, ReLUMaskedFn, relu, relu_masked

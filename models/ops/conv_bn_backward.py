@@ -21,8 +21,6 @@ import math
 
 import torch
 
-from ._memory_format import suggest_memory_format
-
 ONE_CALL_BYTES = 8 << 20
 SLICE_BYTES = 2 << 20
 
@@ -65,7 +63,8 @@ def conv_in_slices(x: torch.Tensor, weight: torch.Tensor, conv: tuple) -> torch.
 
 def _batch_like(part: torch.Tensor, n: int) -> torch.Tensor:
     """An empty tensor of `n` samples shaped, typed and laid out as the batch slice `part`."""
-    fmt = suggest_memory_format(part)
+    nhwc = part.is_contiguous(memory_format=torch.channels_last) and not part.is_contiguous()
+    fmt = torch.channels_last if nhwc else torch.contiguous_format
     return torch.empty((n, *part.shape[1:]), dtype=part.dtype, device=part.device,
                        memory_format=fmt)
 

@@ -1,16 +1,19 @@
-"""ReLU that saves a 1-byte mask for backward (`relu_masked`): for places where nothing after
-it saves the output, since a model keeps that shared output anyway (see relu_output.py)."""
+"""Two ReLUs with custom backward: `relu` saves its output, `relu_masked` a 1-byte mask.
+
+`relu` alone saves as many bytes as torch.relu, but inside a model it usually adds none: the
+layer after it (Linear, conv, max-pool) saves the same tensor, and a storage is kept once.
+`relu_masked` pays off where nothing after it saves the output; elsewhere its mask comes on top.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from ._checks import check_float_tensor, check_impl
-from ._function import compile_safe_apply, is_transform_wrapper
+from ._function import compilable
 
 
 class ReLUFn(torch.autograd.Function):
-    """max(x, 0); saves `out > 0` as a 1-byte mask (¼ of float32's bytes) for backward."""
+    """max(x, 0); saves its output, which backward thresholds exactly as torch.relu's does."""
 
     generate_vmap_rule = True
 
@@ -20,56 +23,58 @@ class ReLUFn(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        # out.bool() is out != 0, i.e. x > 0 (NaN passes, as in F.relu); measured ~6× cheaper
-        # than computing x > 0. Stored as int8 0/-1 (all ones), so backward's widening to the
-        # grad's integer width sign-extends straight into an AND mask: one pass fewer on the
-        # wide buffer than widening 0/1 and negating there.
-        mask = output.bool().view(torch.int8).neg_()
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (out,) = ctx.saved_tensors
+        # torch.relu's own backward kernel: grad where out > 0, else +0.0 (also for inf/NaN
+        # grads), and itself differentiable in grad for double backward.
+        return torch.ops.aten.threshold_backward(grad, out, 0)
+
+    @staticmethod
+    def jvp(ctx, x_tangent: torch.Tensor) -> torch.Tensor:
+        (out,) = ctx.saved_tensors
+        return torch.ops.aten.threshold_backward(x_tangent, out, 0)
+
+
+class ReLUMaskedFn(torch.autograd.Function):
+    """max(x, 0); saves `out != 0` as a 1-byte mask (¼ of float32's bytes) for backward."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x.clamp_min(0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        # out != 0 is x > 0, NaN included (as in torch.relu), and cheaper to compute.
+        mask = output != 0
         ctx.save_for_backward(mask)
         ctx.save_for_forward(mask)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         (mask,) = ctx.saved_tensors
-        return _apply_mask(grad, mask)
+        # where, not grad * mask: a NaN or inf grad where the mask is off must give 0.
+        return torch.where(mask, grad, 0)
 
     @staticmethod
     def jvp(ctx, x_tangent: torch.Tensor) -> torch.Tensor:
         (mask,) = ctx.saved_tensors
-        return torch.where(mask != 0, x_tangent, 0)
+        return torch.where(mask, x_tangent, 0)
 
 
-_apply = compile_safe_apply(ReLUFn)
-# Same-width integer dtype of each float dtype, for masking by bitwise AND.
-_BITS = {
-    torch.float64: torch.int64,
-    torch.float32: torch.int32,
-    torch.float16: torch.int16,
-    torch.bfloat16: torch.int16,
-}
+_relu, _relu_masked = compilable(ReLUFn), compilable(ReLUMaskedFn)
 
 
-def _apply_mask(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """t where mask (int8 0/-1) else +0.0, exactly like F.relu's backward (a NaN or inf where
-    the mask is off still gives 0, which multiplying by the mask would turn into NaN)."""
-    if (
-        torch.compiler.is_compiling()
-        or (torch.is_grad_enabled() and t.requires_grad)
-        or is_transform_wrapper(t)
-    ):
-        # Traced, create_graph=True or vmapped: a differentiable, batchable op. (where is
-        # ~20x slower than the path below on CPU, but these modes are not the hot path.)
-        return torch.where(mask != 0, t, 0)
-    # int8 -> int is a vectorized conversion (bool -> float is not: ~8x slower here); -1 is all
-    # ones, so AND keeps t's bits where the mask is on and gives +0.0 elsewhere.
-    bits = _BITS[t.dtype]
-    return mask.to(bits).bitwise_and_(t.view(bits)).view(t.dtype)
+def relu(x: torch.Tensor) -> torch.Tensor:
+    """max(x, 0) elementwise, saving its output for backward; its twin is torch.relu."""
+    return _relu(x)
 
 
-def relu_masked(x: torch.Tensor, impl: str = "custom") -> torch.Tensor:
-    """max(x, 0) elementwise, saving a 1-byte mask; impl='builtin' is torch.relu."""
-    check_float_tensor("relu_masked", "x", x)
-    if impl == "custom":
-        return _apply(x)
-    check_impl("relu_masked", impl)
-    return torch.relu(x)
+def relu_masked(x: torch.Tensor) -> torch.Tensor:
+    """max(x, 0) elementwise, saving a 1-byte mask for backward; its twin is torch.relu."""
+    return _relu_masked(x)
