@@ -10,46 +10,37 @@ import torch
 
 
 class _RaiseInBackward(torch.autograd.Function):
-    """Passes its first `n` tensors through; differentiating through it raises `message`."""
+    """Passes its first `n` tensors through; differentiating through it raises."""
 
     @staticmethod
-    def forward(ctx, message: str, n: int, *tensors: torch.Tensor | None) -> tuple:
-        ctx.message = message
+    def forward(ctx, name: str, n: int, *tensors: torch.Tensor) -> tuple:
+        ctx.name = name
         return tuple(tensors[:n])
 
     @staticmethod
     def backward(ctx, *grads: Any) -> Any:
-        raise RuntimeError(ctx.message)
+        raise RuntimeError(f"{ctx.name}: this backward is once_differentiable (it runs outside "
+                           "autograd), so it cannot be differentiated again")
 
 
 def once_differentiable(backward: Callable[..., Any]) -> Callable[..., Any]:
-    """Like torch's `once_differentiable`: runs `backward` without recording a graph and makes a
-    double backward through it raise, also when it reaches the op through a saved input."""
+    """Like torch's: run `backward` without recording a graph, and make a double backward
+    through it raise, also when it reaches the op through a saved input."""
 
     @functools.wraps(backward)
     def wrapper(ctx: Any, *grads: Any) -> Any:
         with torch.no_grad():
             outputs = backward(ctx, *grads)
-        if not torch.is_grad_enabled():
-            return outputs
-        # torch's decorator links its error node to the incoming gradients only, so d(x.grad)/dx
-        # after backward(create_graph=True) from a constant gradient came out silently wrong (the
-        # node never ran). Linking the saved inputs too puts the error on every path.
-        sources = [
-            t
-            for t in (*grads, *ctx.saved_tensors)
-            if isinstance(t, torch.Tensor) and t.requires_grad
-        ]
-        if not sources:
+        # torch's decorator links its error node to the incoming gradients only, so
+        # d(x.grad)/dx from a constant gradient came out silently wrong (the node never ran).
+        sources = [t for t in (*grads, *ctx.saved_tensors)
+                   if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not torch.is_grad_enabled() or not sources:
             return outputs
         outs = outputs if isinstance(outputs, tuple) else (outputs,)
-        message = (
-            f"{type(ctx).__name__}: this backward is once_differentiable (it runs outside "
-            "autograd), so it cannot be differentiated again; use a double-differentiable op"
-        )
-        # Outputs that require grad so the error node is their grad_fn; values unchanged.
+        # Copies that require grad, so the error node is their grad_fn; values unchanged.
         fakes = [None if o is None else o.detach().requires_grad_() for o in outs]
-        linked = _RaiseInBackward.apply(message, len(outs), *fakes, *sources)
+        linked = _RaiseInBackward.apply(type(ctx).__name__, len(outs), *fakes, *sources)
         return tuple(linked) if isinstance(outputs, tuple) else linked[0]
 
     return wrapper

@@ -1,1 +1,0 @@
-"""One module per optimizer option (optimizer=<name>): its schema, checks and builder."""
