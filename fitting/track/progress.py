@@ -1,0 +1,52 @@
+"""Progress of a run: steps done, rate and time left. One updating tqdm line on a terminal; on
+anything else (a log file, a SLURM job's output) a plain log line every 10 % of the steps."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import TextIO
+
+from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+LINE = "{n_fmt}/{total_fmt} steps ({percentage:.0f}%), {rate_fmt}, {remaining} left{postfix}"
+
+
+class Progress:
+    """Progress over steps `initial`..`total`, on `file` (default stderr) if it is a terminal,
+    else through logging. `update` costs an int comparison on most steps: no device sync."""
+
+    def __init__(self, total: int, initial: int = 0, file: TextIO | None = None) -> None:
+        file = sys.stderr if file is None else file
+        self.total, self.initial, self.loss = total, initial, ""
+        self.bar = (tqdm(total=total, initial=initial, file=file, unit="step", leave=True,
+                         dynamic_ncols=True) if file.isatty() else None)
+        self.tenth = initial * 10 // max(total, 1) + 1  # the next tenth of the steps to log at
+        self.start = time.monotonic()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def update(self, done: int, loss: float | None = None) -> None:
+        """`done` steps of `total` are done; `loss`, if given, is shown beside."""
+        if loss is not None:
+            self.loss = f"loss {loss:.6g}"
+        if self.bar is not None:
+            if loss is not None:
+                self.bar.set_postfix_str(self.loss, refresh=False)
+            self.bar.update(done - self.bar.n)
+        elif done * 10 >= self.tenth * self.total or done == self.total:
+            self.tenth = done * 10 // self.total + 1
+            log.info(tqdm.format_meter(done, self.total, time.monotonic() - self.start,
+                                       initial=self.initial, unit="step", bar_format=LINE,
+                                       postfix=self.loss))
+
+    def close(self) -> None:
+        """End the terminal line (a plain log needs no ending)."""
+        if self.bar is not None:
+            self.bar.close()

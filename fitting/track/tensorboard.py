@@ -1,0 +1,133 @@
+"""One TensorBoard run per training run: scalars, histograms, figures, the HParams session and the
+Custom Scalars layout, all through torch.utils.tensorboard.SummaryWriter."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fitting.track.figures import save_png
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+# The HParams table's metric columns (each tag's last value), in the experiment that
+# fitting.compare's callback writes into a sweep's dir.
+METRICS = ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
+# What fitting.compare's difference runs log: mine − reference of loss/train.
+DIFF_TAG = "loss/train_diff"
+COST_TAGS = ("time/step_ms", "time/step_ms_median", "memory/saved_bytes",
+             "memory/peak_rss_bytes", "memory/peak_bytes")
+
+
+def _chart(*tags: str) -> list:
+    """A multi-line chart of exactly these tags, overlaying every run that logs them."""
+    return ["Multiline", [f"^{re.escape(tag)}$" for tag in tags]]
+
+
+# train and val apart: each chart has one line per run, so identical runs share one line.
+LAYOUT = {
+    "loss": {
+        "loss/train, every run": _chart("loss/train"),
+        "loss/val, every run": _chart("loss/val"),
+        "loss/train, mine − reference (a line at 0 = identical; no line = no pair compared)":
+            _chart(DIFF_TAG),
+    },
+    "cost per step": {tag: _chart(tag) for tag in COST_TAGS},
+    "optimizer": {"optim/grad_norm": _chart("optim/grad_norm")},
+}
+
+
+class TensorBoard:
+    """A SummaryWriter on `log_dir`, closed when the `with` block exits. `purge_step` (a resumed
+    run): TensorBoard drops what earlier sessions logged at that step or later."""
+
+    def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
+        # Imported here: tensorboard costs ~0.2 s of startup, paid only by runs that log.
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = Path(log_dir)
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step, max_queue=1000,
+                                    flush_secs=2)
+        self.writer.add_custom_scalars(LAYOUT)
+
+    def __enter__(self) -> TensorBoard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        """Log several scalars at `step`, tags as given (e.g. 'loss/train')."""
+        from torch.utils.tensorboard.summary import scalar
+
+        # One event for all, not one per tag as add_scalar writes: the writer checksums each
+        # event in Python on its own thread, competing with the training for the GIL.
+        summaries = [scalar(tag, float(value)) for tag, value in values.items()]
+        if summaries:
+            for summary in summaries[1:]:
+                summaries[0].value.extend(summary.value)
+            self.writer.file_writer.add_summary(summaries[0], step)
+
+    def histograms(self, step: int, named: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Histograms 'weights/<name>' and 'weights/<name>.grad' of the non-scalar parameters."""
+        for name, p in named:
+            if p.ndim:
+                self.writer.add_histogram(f"weights/{name}", p.detach().float().cpu(), step)
+                if p.grad is not None:
+                    self.writer.add_histogram(f"weights/{name}.grad",
+                                              p.grad.detach().float().cpu(), step)
+
+    def figure(self, tag: str, fig: Figure, step: int, png_path: str | Path) -> None:
+        """Save `fig` as the PNG `png_path` and log it as image `tag` at `step`."""
+        self.writer.add_image(tag, save_png(fig, png_path), step, dataformats="HWC")
+
+    def hparams(self, ops: Mapping[str, str], run: str) -> None:
+        """This run's row in the HParams table: one column per op slot ('ops.<slot>') and `run`
+        (the rest of the run's choices), written into this run itself, not into add_hparams'
+        timestamped sub-run."""
+        from torch.utils.tensorboard.summary import hparams
+
+        values: dict[str, Any] = {f"ops.{slot}": text for slot, text in ops.items()}
+        values["run"] = run
+        # The session only, not the experiment (the table's columns): TensorBoard takes the
+        # first experiment it finds, so one per run would hide the sweep's (fitting.compare's
+        # callback: METRICS, and which columns differ). With none, it makes one from the runs.
+        _, start, end = hparams(values, dict.fromkeys(METRICS, 0.0))
+        for summary in (start, end):
+            self.writer.file_writer.add_summary(summary)
+
+    def flush(self) -> None:
+        """Write everything logged so far to disk."""
+        self.writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        self.writer.close()
+
+
+def grad_norm(params: Iterable[torch.Tensor]) -> float:
+    """The 2-norm of all gradients taken together (0.0 when there is none)."""
+    grads = [torch.linalg.vector_norm(p.grad.detach()) for p in params if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack(grads)).item() if grads else 0.0
+
+
+def norms(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, float]:
+    """'params/<name>' of each scalar parameter (poly3's a, b, c, d); 'norms/weight/<name>' and
+    'norms/grad/<name>' of the others. One device sync for all."""
+    tags, values = [], []
+    for name, p in named:
+        if not p.ndim:
+            tags.append(f"params/{name}")
+            values.append(p.detach())
+            continue
+        tags.append(f"norms/weight/{name}")
+        values.append(torch.linalg.vector_norm(p.detach()))
+        if p.grad is not None:
+            tags.append(f"norms/grad/{name}")
+            values.append(torch.linalg.vector_norm(p.grad.detach()))
+    return dict(zip(tags, torch.stack(values).tolist(), strict=True)) if values else {}

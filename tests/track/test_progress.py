@@ -1,0 +1,51 @@
+"""Progress as a user sees it: plain lines with rate and time left in a log (not a terminal),
+one updating tqdm line on a terminal."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+
+from fitting.track.progress import Progress
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_plain_lines_every_tenth_with_rate_and_time_left(caplog):
+    with caplog.at_level(logging.INFO, logger="fitting.track.progress"):
+        with Progress(200, file=io.StringIO()) as progress:
+            for done in range(1, 201):
+                progress.update(done, loss=1.5 if done == 100 else None)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 10
+    assert re.fullmatch(r"20/200 steps \(10%\), [\d.]+step/s, \d\d:\d\d left", lines[0])
+    assert lines[4].startswith("100/200 steps (50%)") and lines[4].endswith(", loss 1.5")
+    assert lines[-1].startswith("200/200 steps (100%)")
+
+
+def test_a_resumed_run_counts_from_where_it_was(caplog):
+    with caplog.at_level(logging.INFO, logger="fitting.track.progress"):
+        with Progress(100, initial=50, file=io.StringIO()) as progress:
+            for done in range(51, 101):
+                progress.update(done)
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line.split()[0] for line in lines] == ["60/100", "70/100", "80/100", "90/100",
+                                                   "100/100"]
+
+
+def test_one_updating_line_on_a_terminal(caplog):
+    terminal = Terminal()
+    with caplog.at_level(logging.INFO, logger="fitting.track.progress"):
+        with Progress(50, file=terminal) as progress:
+            for done in range(1, 51):
+                progress.update(done, loss=0.25)
+    out = terminal.getvalue()
+    assert out.count("\n") == 1 and out.endswith("\n")  # one line, redrawn with \r
+    assert "\r" in out
+    last = out.rsplit("\r", 1)[-1]
+    assert "50/50" in last and "step/s" in last and "loss 0.25" in last
+    assert caplog.records == []  # no log lines beside the bar

@@ -1,0 +1,114 @@
+"""What a TensorBoard user finds in a run: the tags, the HParams columns, the Custom Scalars
+layout (train and val apart), the figure, all read back with TensorBoard's own reader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from google.protobuf.json_format import MessageToDict
+from matplotlib.figure import Figure
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from fitting.track.tensorboard import DIFF_TAG, METRICS, TensorBoard, grad_norm, norms
+
+STEP = {"loss/train": 9.0, "time/step_ms": 0.3, "time/step_ms_median": 0.25,
+        "memory/saved_bytes": 32004.0, "memory/peak_rss_bytes": 2e8, "optim/grad_norm": 1.0}
+
+
+def read(run_dir) -> EventAccumulator:
+    return EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0}).Reload()
+
+
+def test_scalars_and_histograms_read_back(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    model(torch.ones(4, 3)).sum().backward()
+    named = list(model.named_parameters())
+    with TensorBoard(tmp_path) as tb:
+        for step in range(3):
+            tb.scalars(step, {**STEP, "loss/train": 9.0 - step, **norms(named)})
+        tb.scalars(2, {"loss/val": 4.5})
+        tb.histograms(2, named)
+    acc = read(tmp_path)
+    tags = set(acc.Tags()["scalars"])
+    assert set(STEP) | {"loss/val", "norms/weight/weight", "norms/grad/weight",
+                        "norms/weight/bias", "norms/grad/bias"} == tags
+    assert not [t for t in tags if t.startswith("loss_by_task")]
+    assert [(e.step, e.value) for e in acc.Scalars("loss/train")] == [(0, 9.0), (1, 8.0), (2, 7.0)]
+    assert acc.Scalars("norms/weight/weight")[0].value == pytest.approx(
+        float(model.weight.detach().norm()))
+    assert set(acc.Tags()["histograms"]) == {"weights/weight", "weights/weight.grad",
+                                             "weights/bias", "weights/bias.grad"}
+    # One run, one event file, no sub-run dirs.
+    assert [p.name[:20] for p in tmp_path.iterdir()] == ["events.out.tfevents."]
+
+
+def test_scalar_parameters_are_logged_as_params_and_grad_norm_is_their_total():
+    a, b = torch.tensor(3.0, requires_grad=True), torch.tensor(4.0, requires_grad=True)
+    (a * b).backward()  # grads: 4, 3
+    assert norms([("a", a), ("b", b)]) == {"params/a": 3.0, "params/b": 4.0}
+    assert grad_norm([a, b]) == pytest.approx(5.0)
+    assert grad_norm([torch.zeros(2)]) == 0.0
+
+
+def test_hparams_session_is_in_the_run_itself_and_leaves_the_columns_to_the_sweep(tmp_path):
+    ops = {"linear": "custom", "activation": "torch.nn.functional.leaky_relu(negative_slope=0.1)"}
+    with TensorBoard(tmp_path) as tb:
+        tb.hparams(ops, "mlp adam lr=0.001 steps=3 seed=0 float32 cpu")
+        tb.scalars(0, STEP)
+    content = read(tmp_path).PluginTagToContent("hparams")
+    # No experiment (the columns): TensorBoard would take one run's and hide the sweep's.
+    assert set(content) == {"_hparams_/session_start_info", "_hparams_/session_end_info"}
+    data = plugin_data_pb2.HParamsPluginData
+    start = data.FromString(content["_hparams_/session_start_info"]).session_start_info
+    values = {name: v.string_value for name, v in start.hparams.items()}
+    assert values == {"ops.linear": "custom", "ops.activation": ops["activation"],
+                      "run": "mlp adam lr=0.001 steps=3 seed=0 float32 cpu"}
+    assert [p for p in tmp_path.iterdir() if p.is_dir()] == []
+    assert METRICS == ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
+
+
+def test_custom_scalars_keep_train_and_val_apart_and_name_the_difference_chart(tmp_path):
+    with TensorBoard(tmp_path):
+        pass
+    (event,) = read(tmp_path).Tensors("custom_scalars__config__")
+    layout = MessageToDict(layout_pb2.Layout.FromString(event.tensor_proto.string_val[0]))
+    charts = {chart["title"]: chart["multiline"]["tag"]
+              for category in layout["category"] for chart in category["chart"]}
+    train = [t for t, tags in charts.items() if tags == ["^loss/train$"]]
+    val = [t for t, tags in charts.items() if tags == ["^loss/val$"]]
+    assert len(train) == len(val) == 1 and train != val
+    (diff,) = [t for t, tags in charts.items() if tags == [f"^{DIFF_TAG}$"]]
+    assert "0 = identical" in diff and "no line" in diff
+    assert charts["time/step_ms_median"] == ["^time/step_ms_median$"]
+
+
+def test_figure_is_saved_as_png_and_logged(tmp_path):
+    fig = Figure(figsize=(3.2, 2.0), dpi=100)
+    fig.subplots().plot([0, 1], [1, 0])
+    png = tmp_path / "fit_step000010.png"
+    with TensorBoard(tmp_path) as tb:
+        tb.figure("plots/fit", fig, 10, png)
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert not list(tmp_path.glob("*.tmp"))
+    (image,) = EventAccumulator(str(tmp_path)).Reload().Images("plots/fit")
+    assert (image.step, image.height, image.width) == (10, 200, 320)
+
+
+def test_a_failed_png_write_leaves_the_previous_png_and_no_tmp(tmp_path, monkeypatch):
+    from fitting.track import figures
+
+    fig = Figure(figsize=(1, 1))
+    png = tmp_path / "fit.png"
+    figures.save_png(fig, png)
+    before = png.read_bytes()
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(figures.os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        figures.save_png(fig, png)
+    assert png.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["fit.png"]
