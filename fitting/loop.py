@@ -1,0 +1,235 @@
+"""The training steps, in nanoGPT's order: evaluate when due, batch, closure (zero_grad, forward,
+loss, backward, finiteness check), optimizer.step(closure), record, log, checkpoint, stop. And
+what stops a run between two steps: a signal, a sweep's parent gone, a non-finite step."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.func import functional_call
+
+from fitting.track.memory import peak_rss_bytes, step_peak
+from fitting.track.progress import Progress
+from fitting.track.tensorboard import norms
+from models.ops import saved_tensor_bytes
+
+log = logging.getLogger(__name__)
+
+
+class Stopped(Exception):
+    """A run that ended before its last step, checkpoint written: train.py prints the message
+    (no traceback) and exits with `code`."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NonFinite(Exception):
+    """A non-finite loss or gradient at a step's start, raised before its update."""
+
+
+class SecondSignal(Exception):
+    """A second signal: stop now, mid-step."""
+
+
+@dataclass
+class State:
+    """Where a run stands after `step` steps; a checkpoint saves it. `loss` stays a tensor on
+    steps that do not log (no device sync) until `settle`."""
+
+    step: int = 0
+    loss: Any = math.nan  # the last step's loss, at the parameters it started from
+    prev_loss: Any = math.nan
+    quiet: int = 0  # steps in a row that changed the loss by <= stop.rtol
+    converged: bool = False
+    val_loss: float | None = None
+    train_s: float = 0.0  # seconds of training over every session of the run
+    saved_bytes: int = 0  # bytes the forward saved for backward (last logged step)
+
+    def record(self, loss: Tensor, seconds: float, read: bool, rtol: float, patience: int) -> None:
+        """One more step done with `loss`; `read` it off the device (a logged step, or the stop
+        rule: converged once `patience` steps in a row changed the loss by <= rtol·|loss|)."""
+        self.prev_loss, self.loss = self.loss, loss.item() if read or patience else loss
+        self.step, self.train_s = self.step + 1, self.train_s + seconds
+        if patience:
+            calm = abs(self.loss - self.prev_loss) <= rtol * abs(self.loss)
+            self.quiet = self.quiet + 1 if calm else 0
+            self.converged = self.quiet >= patience
+
+    def settle(self) -> dict[str, Any]:
+        """The state as plain numbers (reads a pending loss off the device)."""
+        self.loss, self.prev_loss = float(self.loss), float(self.prev_loss)
+        return asdict(self)
+
+
+class Closure:
+    """The loss on one batch and its gradients, as optimizer.step(closure) evaluates it. Its
+    first evaluation, at the step's start, records the loss (and with `count` the bytes saved
+    for backward) and raises NonFinite before any update."""
+
+    def __init__(self, task: Any, forward: Callable, batch: Any, optimizer: Any,
+                 count: bool = False) -> None:
+        self.task, self.forward, self.batch, self.optimizer = task, forward, batch, optimizer
+        self.reduction, self.count, self.evals = task.reduction, count, 0
+        self.loss: Tensor | None = None
+        self.grad_norm: Tensor | None = None
+        self.saved_bytes = 0
+
+    def residuals(self, params: dict[str, Tensor] | None = None) -> Tensor:
+        """prediction − target on the batch, with graph; `params` replace the model's own."""
+        model = (self.forward if params is None
+                 else partial(functional_call, self.task.model, params))
+        first, self.evals = self.evals == 0, self.evals + 1
+        with saved_tensor_bytes() if first and self.count else nullcontext() as saved:
+            r = self.task.residuals(model, self.batch)
+        if first:
+            self.saved_bytes = saved.bytes if saved is not None else 0
+            self.loss = self.reduce(r.detach())
+            if not torch.isfinite(self.loss):  # the one sync each step: before the update
+                raise NonFinite(f"loss ({self.loss.item()})")
+        return r
+
+    def reduce(self, r: Tensor) -> Tensor:
+        """The squared error of residuals `r`, summed or averaged as the task says."""
+        return r.pow(2).sum() if self.reduction == "sum" else r.pow(2).mean()
+
+    def __call__(self) -> Tensor:
+        """zero_grad, forward, loss, backward; the loss."""
+        first = self.evals == 0
+        self.optimizer.zero_grad()
+        loss = self.reduce(self.residuals())
+        loss.backward()
+        if first:
+            grads = [p.grad for p in self.task.model.parameters() if p.grad is not None]
+            self.grad_norm = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            if not torch.isfinite(self.grad_norm):
+                raise NonFinite(f"gradient (loss {self.loss.item():.6g})")
+        return loss
+
+
+class Signals:
+    """Inside the block SIGINT, SIGTERM, SIGHUP and SIGUSR2 (SLURM's and submitit's warning)
+    only set `signum`: the run stops after its step and checkpoints. A second one raises
+    SecondSignal at once. `parent`: a pid whose exit (a joblib sweep's parent) stops the run as
+    SIGHUP does."""
+
+    CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
+
+    def __init__(self, parent: int | None = None) -> None:
+        self.signum: int | None = None
+        self.parent, self.previous = parent, {}
+
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self._handle) for s in self.CAUGHT}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise SecondSignal(signum)
+        self.signum = signum  # only a flag: logging in a handler can deadlock
+
+    def stopping(self) -> bool:
+        """Whether the run must stop after this step."""
+        if self.signum is None and self.parent is not None and os.getppid() != self.parent:
+            self.signum = signal.SIGHUP
+        return self.signum is not None
+
+    def hand_over(self) -> None:
+        """After SIGUSR2's checkpoint: call the handler it replaced (submitit's requeues)."""
+        previous = self.previous.get(signal.SIGUSR2)
+        if self.signum == signal.SIGUSR2 and callable(previous):
+            previous(signal.SIGUSR2, None)
+
+
+def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], None],
+          state: State, signals: Signals, forward: Callable, prof: Any, times: list[float]) -> None:
+    """Run steps state.step .. cfg.steps − 1 (their times in ms into `times`, sorted); return
+    early once converged or stopping. NonFinite (the step not applied) at a non-finite step."""
+    named, steps, every = list(task.model.named_parameters()), cfg.steps, cfg.log
+    dtype, device = named[0][1].dtype, named[0][1].device
+    rtol = 4 * torch.finfo(dtype).eps if cfg.stop.rtol is None else cfg.stop.rtol
+    next_peak = 5 if cfg.profile else 1  # the profiler's steps first: one profiler at a time
+    task.model.train()
+    with Progress(steps, state.step) as progress:
+        for step in range(state.step, steps):
+            t0 = time.perf_counter()
+            logged = step % every.every == 0 or step == steps - 1
+            evaluate(cfg, task, tb, state, step)
+            closure = Closure(task, forward, task.batch(step), optimizer, count=logged)
+            sample = bool(every.memory_every) and logged and step >= next_peak
+            t_step = time.perf_counter()
+            with step_peak(device) if sample else nullcontext() as peak:
+                optimizer.step(closure)
+            ms = (time.perf_counter() - t_step) * 1e3
+            bisect.insort(times, ms)
+            state.record(closure.loss, time.perf_counter() - t0, logged, rtol, cfg.stop.patience)
+            if logged:
+                state.saved_bytes = closure.saved_bytes
+                values = scalars(closure, optimizer, named, ms, times[len(times) // 2], state)
+                if peak is not None:
+                    values["memory/peak_bytes"] = peak.bytes
+                    next_peak = (step // every.memory_every + 1) * every.memory_every
+                tb.scalars(step, values)
+            if every.hist_every and step % every.hist_every == 0:
+                tb.histograms(step, named)
+            if prof is not None:
+                prof.step()
+            progress.update(state.step, state.loss if logged else None)
+            if every.console_every and state.step % every.console_every == 0:
+                log.info("step %d  loss %.6g", step, float(state.loss))
+            if state.converged or signals.stopping() or state.step == steps:
+                return
+            if cfg.ckpt.every and state.step % cfg.ckpt.every == 0:
+                save("running")
+
+
+def evaluate(cfg: Any, task: Any, tb: Any, state: State, step: int) -> None:
+    """The validation loss and the figure of the fit, when due at `step` (before its update)."""
+    if cfg.log.val_every and step % cfg.log.val_every == 0:
+        val = task.validate(task.model)
+        if val is not None:
+            state.val_loss = val
+            tb.scalars(step, {"loss/val": val})
+    if step and cfg.log.figure_every and step % cfg.log.figure_every == 0:
+        figure(tb, task, step)
+
+
+def figure(tb: Any, task: Any, step: int) -> Any:
+    """The task's figure of the fit at `step`, saved as fit_step<step>.png and logged."""
+    path = tb.log_dir / f"fit_step{step:06d}.png"
+    tb.figure("plots/fit", task.figure(task.model, step), step, path)
+    return path
+
+
+def scalars(closure: Closure, optimizer: Any, named: list, ms: float, median: float,
+            state: State) -> dict[str, float]:
+    """A logged step's scalars: loss, time, memory, the optimizer's own, the norms."""
+    values = {"loss/train": state.loss, "optim/evals": closure.evals,
+              "memory/saved_bytes": closure.saved_bytes, "memory/peak_rss_bytes": peak_rss_bytes(),
+              "time/step_ms": ms, "time/step_ms_median": median,
+              "time/train_s": state.train_s}
+    if closure.grad_norm is not None:
+        values["optim/grad_norm"] = closure.grad_norm.item()
+    values.update({f"optim/{k}": v for k, v in getattr(optimizer, "last_stats", {}).items()})
+    values.update(norms(named))
+    return values
