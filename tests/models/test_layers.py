@@ -1,70 +1,86 @@
-"""Linear and ReLU modules follow nn.Linear / nn.ReLU conventions for both impls."""
+"""The layers are drop-ins: Linear for nn.Linear, ReLU for nn.ReLU, FusedConvBN2d for
+nn.Sequential(nn.Conv2d(bias=False), nn.BatchNorm2d): same parameters, init, state_dict,
+outputs, gradients and (in training) running statistics."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from models.layers import Linear, ReLU
+from models.layers import FusedConvBN2d, Linear, ReLU
+from models.ops import conv_bn_reference, fused_conv_bn2d, linear, relu
+from tests.ops.helpers import DEVICES
 
 
-@pytest.mark.parametrize("bias", [True, False])
-def test_linear_init_and_state_dict_match_nn_linear(bias):
-    torch.manual_seed(3)
-    ours = Linear(5, 7, bias=bias)
-    torch.manual_seed(3)
-    ref = nn.Linear(5, 7, bias=bias)
-    assert ours.state_dict().keys() == ref.state_dict().keys()
-    for k in ref.state_dict():
-        assert torch.equal(ours.state_dict()[k], ref.state_dict()[k])
-    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
-    if not bias:
-        assert ours.bias is None and "bias" in ours._parameters
+def _outputs_and_grads(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    model.zero_grad()
+    out = model(x)
+    out.square().sum().backward()
+    return [out.detach(), *(p.grad for p in model.parameters())]
 
 
-def test_linear_state_dict_round_trip_gives_identical_outputs():
-    x = torch.randn(3, 4, 5)
-    ref = nn.Linear(5, 2)
-    ours = Linear(5, 2)
-    ours.load_state_dict(ref.state_dict())
-    torch.testing.assert_close(ours(x), ref(x))
-    back = nn.Linear(5, 2)
-    back.load_state_dict(ours.state_dict())
-    torch.testing.assert_close(back(x), ref(x))
-    twin = Linear(5, 2, impl="builtin")
-    twin.load_state_dict(ours.state_dict())
-    torch.testing.assert_close(twin(x), ours(x))
-
-
-def test_reprs():
-    assert repr(Linear(3, 4, bias=False)) == (
-        "Linear(in_features=3, out_features=4, bias=False, impl='custom')"
-    )
-    assert repr(ReLU(impl="builtin")) == "ReLU(impl='builtin')"
-
-
-def test_factory_kwargs_and_device(device):
-    m = Linear(3, 4, device=device, dtype=torch.float64)
-    assert m.weight.dtype == torch.float64 and m.weight.device.type == device.type
-    y = ReLU()(m(torch.randn(2, 3, dtype=torch.float64, device=device)))
-    assert (y >= 0).all()
-
-
-@pytest.mark.parametrize("impl", ["custom", "builtin"])
-def test_mlp_of_layers_trains_like_nn(impl):
+@pytest.mark.parametrize("device", DEVICES)
+def test_linear_inits_like_nn_linear_and_shares_its_state_dict(device):
     torch.manual_seed(0)
-    ours = nn.Sequential(Linear(1, 16, impl=impl), ReLU(impl=impl), Linear(16, 1, impl=impl))
-    ref = nn.Sequential(nn.Linear(1, 16), nn.ReLU(), nn.Linear(16, 1))
-    ref.load_state_dict(ours.state_dict())
-    x = torch.linspace(-3, 3, 50).unsqueeze(1)
-    for model in (ours, ref):
-        ((model(x) - torch.sin(x)) ** 2).mean().backward()
-    for (n, p), (_, q) in zip(ours.named_parameters(), ref.named_parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, msg=n)
+    ours = Linear(5, 3, device=device, dtype=torch.float64)
+    torch.manual_seed(0)
+    theirs = nn.Linear(5, 3, device=device, dtype=torch.float64)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    for key, value in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[key], value), key
+    x = torch.randn(4, 5, dtype=torch.float64, device=device)
+    for got, want in zip(_outputs_and_grads(ours, x), _outputs_and_grads(theirs, x),
+                         strict=True):
+        torch.testing.assert_close(got, want)
+    assert Linear(5, 3, bias=False).bias is None
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64, torch.float8_e4m3fn])
-def test_linear_rejects_non_float_dtype(dtype):
-    with pytest.raises(
-        TypeError, match=f"^Linear: dtype must be a floating-point dtype .* {dtype}"
-    ):
-        Linear(3, 4, dtype=dtype)
+def test_the_layers_run_the_op_they_are_given():
+    calls = []
+
+    def spy(*args):
+        calls.append(len(args))
+        return F.linear(*args) if len(args) == 3 else torch.tanh(*args)
+
+    assert Linear(2, 2, op=spy)(torch.ones(1, 2)).shape == (1, 2)
+    assert torch.equal(ReLU(op=spy)(torch.zeros(3)), torch.zeros(3))
+    assert calls == [3, 1]
+    assert torch.equal(ReLU()(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
+    assert "op=linear" in repr(Linear(2, 2)) and repr(ReLU()) == "ReLU(op=relu)"
+    assert Linear(2, 2).op is linear and ReLU().op is relu
+
+
+def _pair(**kw) -> nn.Sequential:
+    bn_kw = {k: kw.pop(k) for k in ("momentum", "track_running_stats", "affine") if k in kw}
+    return nn.Sequential(nn.Conv2d(3, 4, 3, bias=False, **kw), nn.BatchNorm2d(4, **bn_kw))
+
+
+LAYER_OPTIONS = [{"padding": 1}, {"stride": 2, "padding": "valid"}, {"momentum": None},
+                 {"track_running_stats": False}, {"affine": False}]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("options", LAYER_OPTIONS, ids=str)
+def test_fused_conv_bn_trains_and_evaluates_like_the_module_pair(options, device):
+    torch.manual_seed(0)
+    fused = FusedConvBN2d(3, 4, 3, **options, device=device, dtype=torch.float64)
+    pair = _pair(**options).to(device, torch.float64)
+    pair.load_state_dict(fused.state_dict())
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64, device=device)
+    for mode in (True, True, False):  # two training steps (the stats move), then eval
+        fused.train(mode), pair.train(mode)
+        for got, want in zip(_outputs_and_grads(fused, x), _outputs_and_grads(pair, x),
+                             strict=True):
+            torch.testing.assert_close(got, want)
+    for key, value in pair.state_dict().items():
+        torch.testing.assert_close(fused.state_dict()[key], value, msg=key)
+
+
+def test_fused_conv_bn_runs_its_op_and_loads_the_pairs_checkpoint():
+    layer = FusedConvBN2d(3, 4, 3, op=conv_bn_reference)
+    assert list(layer.state_dict()) == list(_pair().state_dict())
+    assert layer.op is conv_bn_reference and FusedConvBN2d(1, 1, 1).op is fused_conv_bn2d
+    assert "op=conv_bn_reference" in repr(layer)
+    layer.load_state_dict(_pair().state_dict())
+    assert layer(torch.randn(2, 3, 5, 5)).shape == (2, 4, 3, 3)
+    assert layer[1].num_batches_tracked == 1

@@ -1,1 +1,0 @@
-"""One module per task option (task=<name>): its schema, checks and builder."""
