@@ -1,7 +1,7 @@
-"""`python -m fitting.compare SWEEP_DIR`: see fitting/compare/cli.py."""
+"""`python -m fitting.compare`: see fitting/compare/report.py."""
 
 import sys
 
-from fitting.compare.cli import main
+from fitting.compare.report import main
 
 sys.exit(main())

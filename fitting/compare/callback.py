@@ -1,30 +1,60 @@
-"""The Hydra callback that ends every sweep (hydra.callbacks in conf/config.yaml): the pairs'
-difference runs for TensorBoard, then, once, the command that shows the whole sweep."""
+"""The Hydra callback that ends every sweep (hydra.callbacks in conf/config.yaml)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import time
 from typing import Any
 
 from hydra.experimental.callback import Callback
 
+# The HParams metric columns, as fitting.track.tensorboard.METRICS (a test keeps them equal).
+METRICS = ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
+
 
 class SweepSummary(Callback):
-    """At the end of a sweep: write mine − reference runs (fitting.compare.differences) and
-    print the sweep's `tensorboard --logdir` line."""
+    """Once all jobs have returned: the sweep's table, difference runs and TensorBoard line."""
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        """Write the difference runs (a sweep without pairs has none) and print the line."""
-        from fitting.compare.differences import sweep_differences
-        from fitting.compare.runs_reader import RunsError
+        """Print the table and the TensorBoard line; name the jobs that did not complete."""
+        from fitting.compare import runs as r
 
-        sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        try:
-            written = sweep_differences(sweep_dir)
-        except (RunsError, OSError) as err:  # no finished job to read: nothing to pair
-            print(f"no difference runs: {err}", flush=True)
-            written = []
-        if written:
-            print(f"mine − reference of {len(written)} pair(s): {sweep_dir / 'differences'}",
-                  flush=True)
-        print(f"all jobs of the sweep: tensorboard --logdir {sweep_dir}", flush=True)
+        sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
+        runs = r.read_runs(sweep_dir)
+        r.pair(runs)
+        if runs:
+            print(r.runs_table(runs))
+        undone = [f"{r.shown(run.name)} ({run.status})" for run in runs if run.status not in r.DONE]
+        if undone:
+            print("did not complete: " + ", ".join(undone))
+        said = r.write_differences(runs, sweep_dir)
+        if said:
+            print(f"mine − reference ({r.DIFF_TAG}): " + "; ".join(said))
+        write_experiment(sweep_dir, runs)
+        print(f"tensorboard --logdir {r.shown(sweep_dir)}", flush=True)
+
+
+def write_experiment(sweep_dir: str, runs: list) -> None:
+    """The sweep's HParams columns in its own event file, the differing op slots first."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from fitting.compare.runs import differing
+
+    # SummaryWriter cannot set HParamInfo.differs: TensorBoard shows the columns marked so
+    # first, and nothing else tells a reader which op a sweep varies.
+    differs = {f"ops.{slot}" for slot in differing(runs)}
+    names = {n for run in runs for n in run.hparams}
+    infos = [api_pb2.HParamInfo(name=n, type=api_pb2.DATA_TYPE_STRING, differs=n in differs)
+             for n in sorted(names, key=lambda n: (n not in differs, n[:4] != "ops.", n))]
+    metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in METRICS]
+    data = plugin_data_pb2.HParamsPluginData(
+        experiment=api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics))
+    value = Summary.Value(tag=metadata.EXPERIMENT_TAG, tensor=metadata.NULL_TENSOR,
+                          metadata=metadata.create_summary_metadata(data))
+    if names:
+        writer = EventFileWriter(sweep_dir)
+        writer.add_event(Event(wall_time=time.time(), summary=Summary(value=[value])))
+        writer.close()
