@@ -1,114 +1,56 @@
-"""Where benchmark results go: sections of docs/benchmarks.md and machine-readable CSV files.
-
-Each benchmark command owns one section of docs/benchmarks.md, between the HTML comments
-`<!-- bench:NAME -->` and `<!-- /bench:NAME -->`, and rewrites only that section, headed by the
-command that produced it; the text around the sections is written by hand. The CSV files carry
-one row per op × impl × size × metric, with the machine and software each was measured on, so
-runs of two machines or commits compare. Every benchmark runs on glibc malloc as shipped: the
-app sets no malloc policy of its own.
-"""
+"""What the benchmarks share: a timer, the machine line, markdown tables, and writing a section."""
 
 from __future__ import annotations
 
-import csv
-import os
+import argparse
 import platform
-import statistics
-import subprocess
-from datetime import date
+import re
+import shlex
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from torch.utils.benchmark import Timer
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "benchmarks.md"
-CSV_COLUMNS = (
-    "suite", "op", "size", "impl", "metric", "median", "p20", "p80",
-    "torch", "threads", "cpu", "device", "commit", "date",
-)  # fmt: skip
+DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
 
-def quantiles(samples: list[float]) -> tuple[float, float, float]:
-    """(median, 20th percentile, 80th percentile) of `samples` (all equal for one sample)."""
-    if len(samples) < 2:
-        return (samples[0],) * 3
-    cuts = statistics.quantiles(samples, n=5, method="inclusive")
-    return statistics.median(samples), cuts[0], cuts[3]
+def median_ms(fn: Callable[[], object], min_run_time: float) -> float:
+    """Median milliseconds of one fn() call, by torch.utils.benchmark (syncs CUDA itself)."""
+    fn()  # warm-up: lazy init, allocator caches, compilation
+    return Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time
+                                                               ).median * 1e3
 
 
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux), else what platform knows."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def machine(device: str) -> str:
+    """One line naming what the numbers were measured on."""
+    where = torch.cuda.get_device_name(device) if device.startswith("cuda") else (
+        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
+    return f"torch {torch.__version__}, {device} ({where})"
 
 
-def git_commit() -> str:
-    """The checkout's commit (short hash, '+dirty' with uncommitted changes), or ''."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT, capture_output=True, text=True,
-        )  # fmt: skip
-    except OSError:
-        return ""
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+def table(header: Sequence[str], rows: list[Sequence[object]]) -> str:
+    """A markdown table; floats with 4 significant digits, the first column left-aligned."""
+    cells = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in rows]
+    lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
 
 
-def malloc_note() -> str:
-    """The malloc this process runs on: 'glibc 2.36 malloc as shipped', and any environment
-    variable that would change that (MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD), which a table of
-    results should name."""
-    libc, version = platform.libc_ver()
-    name = f"{libc} {version} malloc" if libc else "the C library's malloc"
-    tunables = ("GLIBC_TUNABLES", "LD_PRELOAD")
-    changed = sorted(k for k in os.environ if k.startswith("MALLOC_") or k in tunables)
-    if changed:
-        return f"{name}, changed by {', '.join(f'{k}={os.environ[k]}' for k in changed)}"
-    return f"{name} as shipped"
+def parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """The benchmarks' common options: --device, --quick, --write."""
+    p = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, short timings")
+    p.add_argument("--write", action="store_true", help=f"update its section of {DOC.name}")
+    return p
 
 
-def machine(device: str, threads: int | None = None) -> dict:
-    """The CSV's context columns for results measured here."""
-    return {
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads() if threads is None else threads,
-        "cpu": cpu_name(),
-        "device": device,
-        "commit": git_commit(),
-        "date": date.today().isoformat(),
-    }
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    """Write `rows` (dicts with CSV_COLUMNS keys) to `path`, header first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def write_section(doc: Path, name: str, command: str, body: str) -> None:
-    """Replace section `name` of `doc` (appended if missing) with `body` under its command."""
-    begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
-    block = (
-        f"{begin}\n<!-- written by `{command}`; edit outside the markers -->\n\n"
-        f"Produced by `{command}`:\n\n{body.strip()}\n\n{end}"
-    )
-    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip("\n") + f"\n\n{block}\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(text)
+def write_section(name: str, argv: Sequence[str], text: str, doc: Path = DOC) -> None:
+    """Replace the `<!-- bench:NAME -->` section of `doc` (or append one): command and text."""
+    command = shlex.join(["python", "-m", f"fitting.bench.{name}", *argv])
+    section = (f"<!-- bench:{name} -->\nProduced by `{command}`:\n\n{text}\n"
+               f"<!-- /bench:{name} -->")
+    old = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", re.S)
+    new = pattern.sub(lambda _: section, old) if pattern.search(old) else f"{old}\n{section}\n"
+    doc.write_text(new)

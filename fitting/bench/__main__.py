@@ -1,5 +1,0 @@
-"""`python -m fitting.bench`: see fitting/bench/cli.py."""
-
-from fitting.bench.cli import main
-
-main()

@@ -1,0 +1,107 @@
+"""The cnn's training step with each conv_bn: tensor peak per step and step time.
+
+`python -m fitting.bench.cnn [--write]`: CurveCNN (channels 8, 16; 32x32 images; Adam) with
+ours (fused_conv_bn2d: recomputes the conv in backward), the twin (conv_bn_reference: keeps
+the conv output) and the twin under torch.utils.checkpoint (recomputes the whole pair).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from fitting.bench.report import machine, median_ms, parser, table, write_section
+from models.cnn import CurveCNN
+from models.ops import conv_bn_reference, fused_conv_bn2d
+
+HEADER = ["conv_bn", "batch", "tensor peak MiB", "× twin", "step ms", "× twin"]
+
+
+def checkpointed_reference(x, weight, bn_weight, bn_bias, running_mean, running_var, *rest):
+    """conv_bn_reference under torch.utils.checkpoint: backward reruns conv and batch norm."""
+    calls = []
+
+    def conv_bn(x, weight, bn_weight, bn_bias):
+        # checkpoint's recompute calls this again: the running stats must move once only.
+        stats = (running_mean, running_var)
+        stats = [s.clone() for s in stats] if calls else stats
+        calls.append(1)
+        return conv_bn_reference(x, weight, bn_weight, bn_bias, *stats, *rest)
+
+    return checkpoint(conv_bn, x, weight, bn_weight, bn_bias, use_reentrant=False)
+
+
+CONV_BNS = {"ours": fused_conv_bn2d, "twin": conv_bn_reference,
+            "twin + checkpoint": checkpointed_reference}
+
+
+def training_step(conv_bn: Callable, batch: int, device: str) -> Callable[[], None]:
+    """One cnn training step (forward, MSE, backward, Adam) on fixed random data."""
+    g = torch.Generator().manual_seed(0)
+    model = CurveCNN(conv_bn=conv_bn, device=device)
+    images = torch.rand(batch, 1, 32, 32, generator=g).to(device)
+    targets = torch.randn(batch, 4, generator=g).to(device)
+    optimizer = torch.optim.Adam(model.parameters())
+
+    def step() -> None:
+        optimizer.zero_grad()
+        (model(images) - targets).square().mean().backward()
+        optimizer.step()
+
+    step()  # Adam's state exists before anything is measured
+    return step
+
+
+def tensor_peak(step: Callable[[], None], device: str) -> int:
+    """The most tensor bytes one step had allocated at once above those live at its start."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    # The CPU allocator keeps no statistics: the profiler's allocation and free records do.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        step()
+    records = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]")
+    peak = running = 0
+    for _, nbytes in records:
+        running += nbytes
+        peak = max(peak, running)
+    return peak
+
+
+def run(device: str, quick: bool) -> str:
+    """The table: one row per conv_bn and batch size."""
+    batches, t = ((8,), 0.05) if quick else ((256, 1024), 2.0)
+    rows = []
+    for batch in batches:
+        measured = {}
+        for name, conv_bn in CONV_BNS.items():
+            step = training_step(conv_bn, batch, device)
+            measured[name] = tensor_peak(step, device), median_ms(step, t)
+        peak_twin, ms_twin = measured["twin"]
+        rows += [[name, batch, f"{peak / 2**20:.1f}", f"{peak / peak_twin:.2f}", ms,
+                  f"{ms / ms_twin:.2f}"] for name, (peak, ms) in measured.items()]
+    return f"{machine(device)}; step ms: medians of torch.utils.benchmark\n\n{table(HEADER, rows)}"
+
+
+def main(argv: list[str] | None = None, doc=None) -> str:
+    """CLI: print the table; --write puts it in docs/benchmarks.md."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser("fitting.bench.cnn", __doc__).parse_args(argv)
+    text = run(args.device, args.quick)
+    print(text)
+    if args.write:
+        write_section("cnn", argv, text, *([doc] if doc else []))
+    return text
+
+
+if __name__ == "__main__":
+    main()
