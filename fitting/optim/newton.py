@@ -1,100 +1,121 @@
-"""Damped Newton with the exact Hessian from double backward through the model's ops."""
+"""Damped Newton with the exact Hessian by double backward through the model's ops."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
+from torch import Tensor
+from torch.nn.utils import parameters_to_vector
 
-from fitting.optim.option import MAX_PARAMS
-from fitting.optim.second_order import ResidualFn, SecondOrderOptimizer, damping_scale, step_stats
+from fitting.optim.derivatives import flatten, hessian
 
 
-class Newton(SecondOrderOptimizer):
-    """Newton's method on F(θ) = reduction(residual_fn(θ)²) with Levenberg damping as fallback.
+def require(*checks: tuple[str, Any, bool, str]) -> None:
+    """ValueError naming the first (key, value, ok, allowed range) that is not ok."""
+    for key, value, ok, allowed in checks:
+        if not ok:
+            raise ValueError(f"optimizer.{key} must be {allowed}, got {value!r}")
 
-    `Newton(model.parameters(), residual_fn=..., reduction="sum")`; `residual_fn(params)` follows
-    the contract in `fitting.optim.second_order` (a pure function of tensors shaped like the
-    parameters, e.g. from `residual_fn_from_model`). Each `step(closure)` is one accepted iteration:
 
-    - gradient g and Hessian H of F by reverse-over-reverse AD (`jacrev(grad(F))`, i.e. double
-      backward through every op of the model, custom ones included), `chunk_size` rows at a time;
-    - the step solves (H + λ·D) δ = −g by Cholesky, D = Marquardt's |diag H| scaling; λ starts at
-      `damping` (0: a pure Newton step) and grows ×`factor` (from `min_damping`) whenever H + λD is
-      not positive definite or the step does not lower F; an accepted step divides λ by `factor`,
-      and λ below `min_damping` becomes 0 again, so near the optimum the steps are pure Newton;
-    - a rise of F within rounding (`ftol`·|F|, default 4 eps of the dtype) counts as no rise, so
-      steps still polish the gradient where F no longer resolves progress (float32);
-    - after `max_tries` rejections the parameters stay put (F cannot be lowered at this precision).
+def squared(residuals: Tensor, reduction: str) -> Tensor:
+    """The loss: sum or mean of the squared residuals."""
+    return residuals.square().sum() if reduction == "sum" else residuals.square().mean()
 
-    `step` returns the closure's loss (evaluated before the update, as torch.optim does) or F(θ)
-    without a closure. `last_stats` holds loss, new_loss, grad_norm (‖∇F‖ before the step),
-    damping (λ of the accepted step), step_norm, rel_step (‖δ‖/‖θ‖), accepted, tries.
-    More than `max_params` parameters is refused at construction. The app checks the other
-    settings' ranges (fitting.optim.specs.newton).
+
+def marquardt_scale(diag: Tensor) -> Tensor:
+    """Marquardt's diagonal scaling |diag|, floored so that a flat direction is damped too."""
+    d = diag.abs()
+    return d.clamp_min(torch.finfo(d.dtype).eps * d.max().clamp_min(1.0))
+
+
+class Damped(torch.optim.Optimizer):
+    """What newton and lm share: at most `max_params` parameters seen as one vector θ, candidate
+    steps tried in place, the damping kept in the state (so checkpoints hold it)."""
+
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+        d = defaults
+        require(("max_tries", d["max_tries"], d["max_tries"] >= 1, ">= 1"),
+                ("max_params", d["max_params"], d["max_params"] >= 1, ">= 1"),
+                ("ftol", d["ftol"], d["ftol"] is None or d["ftol"] >= 0, ">= 0 or null"))
+        super().__init__(params, defaults)
+        self.params: list[Tensor] = self.param_groups[0]["params"]
+        n = sum(p.numel() for p in self.params)
+        # Checked before anything n×n exists: the limit turns an out-of-memory into one line.
+        if n > d["max_params"]:
+            raise ValueError(
+                f"optimizer={self.name} needs an n×n matrix but the model has {n} parameters, "
+                f"more than optimizer.max_params={d['max_params']}; use optimizer=lbfgs or adam "
+                f"for this model, or raise optimizer.max_params if {n}² entries fit in memory")
+        self.last_stats: dict[str, float] = {}
+
+    @property
+    def damping(self) -> float:
+        """The damping the next step starts from."""
+        return self.state[self.params[0]].get("damping", self.param_groups[0]["damping"])
+
+    @torch.no_grad()
+    def residuals_at(self, theta: Tensor, closure: Any) -> Tensor:
+        """The residuals with the parameters set to θ (and left there)."""
+        for p, new in zip(self.params, theta.split([p.numel() for p in self.params]), strict=True):
+            p.copy_(new.view_as(p))
+        return closure.residuals().reshape(-1)
+
+    def noise(self, value: Tensor) -> Tensor:
+        """The rounding level of a loss value: changes below it are neither progress nor loss."""
+        ftol = self.param_groups[0]["ftol"]
+        return (4 * torch.finfo(value.dtype).eps if ftol is None else ftol) * value.abs()
+
+    def finish(self, closure: Any, theta: Tensor, delta: Tensor | None, damping_next: float,
+               **stats: float) -> None:
+        """Leave the parameters at θ + δ (at θ if no step was accepted), keep the next damping."""
+        grad = flatten([p.grad for p in self.params], self.params)  # the closure's, at θ
+        if delta is None:
+            self.residuals_at(theta, closure)
+        self.state[self.params[0]]["damping"] = damping_next
+        self.last_stats = {"grad_norm": float(grad.norm()), "accepted": float(delta is not None),
+                           "step_norm": 0.0 if delta is None else float(delta.norm()), **stats}
+
+
+class Newton(Damped):
+    """Newton's method on the closure's loss, (H + λ·D) δ = −g by Cholesky with D = |diag H|.
+
+    λ starts at `damping` (0: pure Newton steps) and grows ×`factor` (from `min_damping`) while
+    H + λD is not positive definite or the step does not lower the loss (a rise within
+    `ftol`·|loss|, default 4 eps, counts as none); an accepted step divides it by `factor`, below
+    `min_damping` it is 0 again. After `max_tries` rejections the parameters stay put.
     """
 
     name = "newton"
+    needs = ("second_order",)
 
-    def __init__(
-        self,
-        params: Iterable[torch.Tensor],
-        residual_fn: ResidualFn,
-        reduction: str = "sum",
-        damping: float = 0.0,
-        min_damping: float = 1e-6,
-        factor: float = 10.0,
-        max_tries: int = 20,
-        chunk_size: int | None = 32,
-        max_params: int = MAX_PARAMS,
-        ftol: float | None = None,
-    ):
-        defaults = dict(
-            damping=damping,
-            min_damping=min_damping,
-            factor=factor,
-            max_tries=max_tries,
-            chunk_size=chunk_size,
-            ftol=ftol,
-        )
-        super().__init__(params, residual_fn, reduction, max_params, defaults)
+    def __init__(self, params: Iterable[Any], *, damping: float, min_damping: float,
+                 factor: float, max_tries: int, max_params: int, ftol: float | None) -> None:
+        require(("damping", damping, damping >= 0, ">= 0"),
+                ("min_damping", min_damping, min_damping > 0, "> 0"),
+                ("factor", factor, factor > 1, "> 1"))
+        super().__init__(params, dict(damping=damping, min_damping=min_damping, factor=factor,
+                                      max_tries=max_tries, max_params=max_params, ftol=ftol))
 
-    def _grad_hessian(self, theta: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(F, ∇F, ∇²F) at θ by double backward."""
-
-        def grad_and_aux(t: torch.Tensor):
-            g, loss = torch.func.grad_and_value(self._loss)(t)
-            return g, (g, loss)
-
-        jac = torch.func.jacrev(grad_and_aux, has_aux=True, chunk_size=self._group["chunk_size"])
-        hess, (grad, loss) = jac(theta)
-        return loss, grad, hess
-
-    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
-        """One accepted damped-Newton iteration; returns the loss before it."""
-        closure_loss = self._start_step(closure)
-        group, state = self._group, self._state
-        lam = state.get("damping", group["damping"])
-        theta = self._flat()
-        loss, grad, hess = self._grad_hessian(theta)
-        scale = torch.diag(damping_scale(torch.diagonal(hess)))
-        accepted, tries, new_loss, delta = False, 0, loss, torch.zeros_like(theta)
-        while tries < group["max_tries"] and not accepted:
-            tries += 1
-            chol, info = torch.linalg.cholesky_ex(hess + lam * scale)
+    def step(self, closure: Callable[[], Tensor]) -> Tensor:  # type: ignore[override]
+        """One accepted damped-Newton iteration; returns the closure's loss before it."""
+        group, lam = self.param_groups[0], self.damping
+        with torch.enable_grad():
+            loss = closure().detach()
+            hess = hessian(lambda: squared(closure.residuals(), closure.reduction), self.params)
+        grad = flatten([p.grad for p in self.params], self.params)
+        theta, scale = parameters_to_vector(self.params).detach(), marquardt_scale(hess.diag())
+        for tries in range(1, group["max_tries"] + 1):
+            chol, info = torch.linalg.cholesky_ex(hess + lam * scale.diag())
             if info.item() == 0:
                 delta = -torch.cholesky_solve(grad.unsqueeze(-1), chol).squeeze(-1)
-                with torch.no_grad():
-                    new_loss = self._loss(theta + delta)
-                accepted = bool(torch.isfinite(new_loss) and new_loss <= loss + self._noise(loss))
-            if not accepted:
-                lam = max(lam * group["factor"], group["min_damping"])
-        if accepted:
-            self._write(theta + delta)
-            lam_next = lam / group["factor"]
-            state["damping"] = lam_next if lam_next >= group["min_damping"] else 0.0
-        else:
-            state["damping"] = lam
-            new_loss, delta = loss, torch.zeros_like(theta)
-        self.last_stats = step_stats(loss, new_loss, grad, lam, delta, theta, accepted, tries)
-        return closure_loss if closure_loss is not None else loss.detach()
+                new = squared(self.residuals_at(theta + delta, closure), closure.reduction)
+                if torch.isfinite(new) and new <= loss + self.noise(loss):
+                    lam_next = lam / group["factor"]
+                    lam_next = lam_next if lam_next >= group["min_damping"] else 0.0
+                    self.finish(closure, theta, delta, lam_next, damping=lam, tries=tries)
+                    return loss
+            lam = max(lam * group["factor"], group["min_damping"])
+        self.finish(closure, theta, None, lam, damping=lam, tries=group["max_tries"])
+        return loss

@@ -1,89 +1,82 @@
-"""mlp: an MLP of custom Linear + ReLU layers fitting a 1-D target function (MSE)."""
+"""mlp: an MLP fitting a 1-D target function (mean squared error), full batch."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 
-from fitting.tasks.data import target_function
-from fitting.track.figures import FigureSpec
+from fitting.tasks.poly3 import Batch, line_figure, range_checks, require, residuals
 from models.mlp import MLP
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+TARGETS: dict[str, Callable[[Tensor], Tensor]] = {
+    "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "abs": torch.abs,
+    "square": torch.square, "gauss": lambda x: torch.exp(-(x**2)),
+}
 
 
-def residuals(model: MLP, batch: Batch) -> torch.Tensor:
-    """Prediction minus target, shape (n, 1); the loss is their mean square."""
-    x, y = batch
-    return model(x) - y
+def _column(x: Tensor, y: Tensor, device: torch.device | str, dtype: torch.dtype) -> Batch:
+    """(x, y) as (n, 1) tensors on `device` in `dtype`."""
+    return x.view(-1, 1).to(device, dtype), y.view(-1, 1).to(device, dtype)
 
 
 class MLPTask:
-    """Full-batch fit of `target` on n_points evenly spaced x (plus noise); validation on the
-    noiseless target at n_val points of the same range."""
+    """Fit of `target` at n_points evenly spaced x on [x_min, x_max] plus Gaussian noise of std
+    `noise`; validation on the noiseless target at n_val points of the same range."""
 
-    name = "mlp"
-    reduction = "mean"
-    has_validation = True
-    full_batch = True
-    residuals = staticmethod(residuals)
+    slots, name, reduction = ("linear", "activation"), "mlp", "mean"
 
-    def __init__(
-        self,
-        cfg: Any,
-        ops: dict,
-        device: torch.device,
-        dtype: torch.dtype,
-        generator: torch.Generator,
-    ) -> None:
-        self.target_name = cfg.target.value
-        f = target_function(self.target_name)
-        x = torch.linspace(cfg.x_min, cfg.x_max, cfg.n_points, dtype=torch.float64)
-        y = f(x) + cfg.noise * torch.randn(x.shape, generator=generator, dtype=torch.float64)
-        x_val = torch.linspace(cfg.x_min, cfg.x_max, cfg.n_val, dtype=torch.float64)
-        # Made in float64 on the CPU so a seed gives the same data on every device and dtype.
-        self.data: Batch = _column(x, y, device, dtype)
-        self.val: Batch = _column(x_val, f(x_val), device, dtype)
-        self.noise = cfg.noise
-        self.model = MLP(1, list(cfg.hidden), 1, device=device, dtype=dtype, **ops)
+    def __init__(self, *, target: str, x_min: float, x_max: float, n_points: int, noise: float,
+                 n_val: int, hidden: list[int], ops: Mapping[str, Callable],
+                 device: torch.device | str, dtype: torch.dtype, seed: int) -> None:
+        require([("target", target, target in TARGETS, f"one of {', '.join(TARGETS)}"),
+                 *range_checks(n_points, x_min, x_max, 1),
+                 ("noise", noise, noise >= 0, ">= 0 (the std of the target noise)"),
+                 ("n_val", n_val, n_val >= 1, ">= 1"),
+                 ("hidden", list(hidden), all(h >= 1 for h in hidden), "a list of sizes >= 1")])
+        f, generator = TARGETS[target], torch.Generator().manual_seed(seed)
+        # Made in float64 on the CPU: a seed gives the same data on every device and dtype.
+        x = torch.linspace(x_min, x_max, n_points, dtype=torch.float64)
+        y = f(x) + noise * torch.randn(x.shape, generator=generator, dtype=torch.float64)
+        x_val = torch.linspace(x_min, x_max, n_val, dtype=torch.float64)
+        self.data, self.val = _column(x, y, device, dtype), _column(x_val, f(x_val), device, dtype)
+        self.target, self.noise, self.sizes = target, noise, [1, *hidden, 1]
+        torch.manual_seed(seed)  # the model's initialization
+        self.model = MLP(1, list(hidden), 1, device=device, dtype=dtype,
+                         **{s: ops[s] for s in self.slots if s in ops})
 
     def batch(self, step: int) -> Batch:
         """The whole training set, every step."""
         return self.data
 
+    residuals = staticmethod(residuals)
+
     def validate(self, model: MLP) -> float:
         """MSE against the noiseless target on the validation grid."""
         with torch.no_grad():
-            return residuals(model, self.val).pow(2).mean().item()
+            return self.residuals(model, self.val).square().mean().item()
 
     def summary(self, model: MLP) -> dict[str, float]:
-        """Final training MSE and validation MSE."""
+        """Training and validation MSE."""
         with torch.no_grad():
-            train_mse = residuals(model, self.data).pow(2).mean().item()
+            train_mse = self.residuals(model, self.data).square().mean().item()
         return {"train_mse": train_mse, "val_mse": self.validate(model)}
 
     def describe(self, model: MLP) -> str:
         """Architecture and target in one line."""
-        sizes = [m.in_features for m in model if hasattr(m, "in_features")] + [1]
-        return f"MLP {'-'.join(map(str, sizes))} fitting {self.target_name}(x)"
+        return f"MLP {'-'.join(map(str, self.sizes))} fitting {self.target}(x)"
 
-    def figure(self, model: MLP, step: int) -> FigureSpec:
-        """Training points, the target and the prediction on the validation grid."""
-        x, y = (t.squeeze(1).cpu().numpy() for t in self.data)
-        xv, yv = self.val
+    def figure(self, model: MLP, step: int) -> Figure:
+        """The target, the prediction on the validation grid and the (noisy) training points."""
+        x, y = self.val
         with torch.no_grad():
-            pred = model(xv).squeeze(1).cpu().numpy()
-        xv, yv = xv.squeeze(1).cpu().numpy(), yv.squeeze(1).cpu().numpy()
-        val = float(((pred - yv) ** 2).mean())
-        return FigureSpec("line_fit", {
-            "x": xv, "target": yv, "pred": pred,
-            "title": f"step {step}: {self.describe(model)}, val MSE {val:.3g}",
-            "target_label": f"target {self.target_name}(x)",
-            "points": (x, y) if self.noise > 0 else None, "color": "C1", "legend": "best",
-        })
-
-
-def _column(x: torch.Tensor, y: torch.Tensor, device: torch.device, dtype: torch.dtype) -> Batch:
-    """(x, y) as (n, 1) tensors on `device` in `dtype`."""
-    return x.view(-1, 1).to(device, dtype), y.view(-1, 1).to(device, dtype)
+            pred = model(x)
+        title = f"step {step}: {self.describe(model)}, val MSE {self.validate(model):.3g}"
+        return line_figure(x.squeeze(1), y.squeeze(1), pred.squeeze(1), title,
+                           f"target {self.target}(x)",
+                           tuple(t.squeeze(1) for t in self.data) if self.noise > 0 else None)

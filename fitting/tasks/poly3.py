@@ -1,76 +1,109 @@
-"""poly3: the tutorial experiment, y = sin(x) fitted by y = a + b * P3(c + d x)."""
+"""poly3: the tutorial, y = sin(x) fitted by y = a + b·P3(c + d·x) with the sum of squared errors.
+Also what the tasks share: the range check and the figure of a 1-D fit."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import Tensor
 
-from fitting.tasks.poly3_optimum import exact_poly3_optimum
-from fitting.track.figures import FigureSpec
+from fitting.tasks.optimum import poly3_optimum
 from models.poly3 import Poly3
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+Batch = tuple[Tensor, Tensor]
 
 
-def residuals(model: Poly3, batch: Batch) -> torch.Tensor:
-    """y_pred - y; the loss is their sum of squares, as in the tutorial."""
-    x, y = batch
-    return model(x) - y
+def require(checks: Iterable[tuple[str, Any, bool, str]]) -> None:
+    """ValueError naming the first (key, value, ok, allowed range) that is not ok."""
+    for key, value, ok, allowed in checks:
+        if not ok:
+            raise ValueError(f"task.{key} must be {allowed}, got {value!r}")
+
+
+def range_checks(n_points: int, x_min: float, x_max: float, least: int) -> list[tuple]:
+    """The checks of a grid of n_points on [x_min, x_max]."""
+    finite = math.isfinite(x_min) and math.isfinite(x_max)
+    return [("n_points", n_points, n_points >= least, f">= {least}"),
+            ("x_min", x_min, finite and x_min < x_max, f"finite and < task.x_max={x_max!r}")]
+
+
+def residuals(model: Callable[[Tensor], Tensor], batch: Batch) -> Tensor:
+    """Prediction minus target on a batch (inputs, targets)."""
+    inputs, targets = batch
+    return model(inputs) - targets
+
+
+def line_figure(x: Tensor, target: Tensor, pred: Tensor, title: str, target_label: str,
+                points: Batch | None = None) -> Figure:
+    """A 1-D fit: the target curve, the prediction and, if given, the training points."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.subplots()
+    if points is not None:
+        ax.scatter(*(t.cpu().numpy() for t in points), s=6, color="0.6", label="training points")
+    ax.plot(x.cpu().numpy(), target.cpu().numpy(), linewidth=2.5, color="0.7", label=target_label)
+    ax.plot(x.cpu().numpy(), pred.detach().cpu().numpy(), color="C0", label="prediction")
+    ax.set(xlabel="x", ylabel="y", title=title)
+    ax.legend(loc="best")
+    ax.grid(alpha=0.3)
+    return fig
 
 
 class Poly3Task:
-    """Full-batch fit of sin on [x_min, x_max] (n_points points); no validation set."""
+    """Full-batch fit of sin at n_points on [x_min, x_max] from the start `init` (a, b, c, d);
+    no validation set. The data are made as the tutorial makes them, in `dtype`."""
 
-    name = "poly3"
-    reduction = "sum"
-    has_validation = False
-    full_batch = True
-    residuals = staticmethod(residuals)
+    slots, name, reduction = ("legendre_p3",), "poly3", "sum"
 
-    def __init__(self, cfg: Any, ops: dict, device: torch.device, dtype: torch.dtype) -> None:
-        x = torch.linspace(cfg.x_min, cfg.x_max, cfg.n_points, device=device, dtype=dtype)
-        self.data: Batch = (x, torch.sin(x))
-        # The least-squares optimum is known in closed form on the tutorial's range: [-π, π]
-        # (of these n_points in this dtype); None elsewhere.
-        tutorial_range = (cfg.x_min, cfg.x_max) == (-math.pi, math.pi)
-        self.optimum = exact_poly3_optimum(dtype, cfg.n_points) if tutorial_range else None
-        init = cfg.init
-        self.model = Poly3(init.a, init.b, init.c, init.d, ops["legendre_p3"], device, dtype)
+    def __init__(self, *, n_points: int, x_min: float, x_max: float, init: Mapping[str, float],
+                 ops: Mapping[str, Callable], device: torch.device | str, dtype: torch.dtype,
+                 seed: int) -> None:
+        require([*range_checks(n_points, x_min, x_max, 2),
+                 *((f"init.{k}", init[k], math.isfinite(init[k]), "finite") for k in "abcd")])
+        # On the CPU, then moved: every device fits the same numbers.
+        x = torch.linspace(x_min, x_max, n_points, dtype=dtype)
+        self.data: Batch = (x.to(device), torch.sin(x).to(device))
+        self.model = Poly3(*(init[k] for k in "abcd"), device=device, dtype=dtype,
+                           **{s: ops[s] for s in self.slots if s in ops})
 
     def batch(self, step: int) -> Batch:
         """The whole data set, every step."""
         return self.data
 
-    def validate(self, model: Poly3) -> float:
-        """Not used: poly3 has no validation set."""
-        raise NotImplementedError("poly3 has no validation set")
+    residuals = staticmethod(residuals)
+
+    def validate(self, model: Poly3) -> None:
+        """None: poly3 has no validation set."""
+        return None
 
     def summary(self, model: Poly3) -> dict[str, float]:
-        """The four fitted parameters; on the tutorial's x range also the exact optimum's loss
-        and the relative gap to it of the loss at these parameters, evaluated in float64."""
+        """a, b, c, d; where the data have one, the exact optimum's loss and the relative gap to
+        it of the loss at a, b, c, d, both in float64."""
         out = {name: p.item() for name, p in model.named_parameters()}
-        if self.optimum is not None:
+        optimum = poly3_optimum(*self.data)
+        if optimum is not None:
             x, y = (t.double() for t in self.data)
             params = {name: p.detach().double() for name, p in model.named_parameters()}
             with torch.no_grad():
-                pred = torch.func.functional_call(model, params, (x,))
-            loss = (pred - y).square().sum().item()
-            out["optimum_loss"] = self.optimum.loss
-            out["rel_gap"] = (loss - self.optimum.loss) / self.optimum.loss
+                loss = (torch.func.functional_call(model, params, (x,)) - y).square().sum()
+            out["optimum_loss"] = optimum["loss"]
+            out["rel_gap"] = (loss.item() - optimum["loss"]) / optimum["loss"]
         return out
 
     def describe(self, model: Poly3) -> str:
         """The fitted formula, y = a + b * P3(c + d x) with the numbers."""
         return model.formula()
 
-    def figure(self, model: Poly3, step: int) -> FigureSpec:
-        """sin(x) and the fit, the current formula in the title."""
+    def figure(self, model: Poly3, step: int) -> Figure:
+        """sin(x) and the fit, the formula in the title."""
         x, y = self.data
         with torch.no_grad():
             pred = model(x)
-        return FigureSpec("line_fit", {
-            "x": x.cpu().numpy(), "target": y.cpu().numpy(), "pred": pred.cpu().numpy(),
-            "title": f"step {step}: {model.formula(digits=4)}", "target_label": "target sin(x)",
-        })
+        return line_figure(x, y, pred, f"step {step}: {model.formula(digits=4)}", "target sin(x)")
