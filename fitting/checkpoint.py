@@ -76,9 +76,7 @@ def load(run_dir: Path) -> dict[str, Any]:
     try:
         with zipfile.ZipFile(path) as archive:
             damaged = archive.testzip()
-        if damaged is not None:
-            raise _bad(path, f"is damaged: its entry {damaged} fails its CRC check")
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = None if damaged else torch.load(path, map_location="cpu", weights_only=True)
     except zipfile.BadZipFile:
         size = path.stat().st_size
         raise _bad(path, "is empty" if size == 0 else
@@ -87,6 +85,8 @@ def load(run_dir: Path) -> dict[str, Any]:
         raise _bad(path, f"cannot be read ({err.strerror})") from None
     except Exception as err:  # noqa: BLE001  torch raises UnpicklingError, RuntimeError, ...
         raise _bad(path, f"is not a checkpoint weights_only can read ({short(err)})") from None
+    if damaged:
+        raise _bad(path, f"is damaged: its entry {damaged} fails its CRC check")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
         raise _bad(path, f"was not written by this version of the app (format {found!r}, this "
@@ -232,7 +232,8 @@ def _read(path: Path, kind: type) -> Any:
         raise ConfigError(f"{path} is missing; the run dir's config is needed to resume it") \
             from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(f"{path} cannot be read ({short(err)}); not resumed") from None
+        why = getattr(err, "strerror", None) or f"not whole YAML: {short(err, 50)}"
+        raise ConfigError(f"{path} cannot be read ({why}); not resumed") from None
     if not isinstance(data, kind) or not data and kind is dict:
         what = ("is empty" if data is None else
                 f"holds a {type(data).__name__}, not a {kind.__name__}")

@@ -78,7 +78,7 @@ def _run(cfg: DictConfig, out: Path, overrides: list[str] | None) -> float:
         torch.manual_seed(cfg.seed)  # the model's initialization; data have their own generator
         task = _build(lambda: instantiate(cfg.task, ops=ops, device=device, dtype=dtype,
                                           seed=cfg.seed, _convert_="all"))
-        optimizer = _build(lambda: instantiate(cfg.optimizer)(task.model.parameters()))
+        optimizer = _build(lambda: instantiate(cfg.optimizer)(task.model.named_parameters()))
         payload = existing(out, cfg)
         state = State() if payload is None else State(**restore(payload, task, optimizer))
         ckpt = Checkpoint(out, cfg, task, optimizer, None if payload is None else state.step)

@@ -1,0 +1,54 @@
+"""run() as `python train.py <overrides> hydra.run.dir=<out>` runs it, without Hydra's process:
+the config composed by Hydra's compose API, the run dir's .hydra/ written as Hydra writes it."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from fitting.run import run
+from tests.helpers.app_config import make_cfg
+
+
+def go(out: Path, *overrides: str) -> float:
+    """Run with `overrides` in `out`; the final loss."""
+    cfg = make_cfg(*overrides)
+    hydra_dir = out / ".hydra"
+    if not (out / "checkpoint.pt").exists():  # as Hydra does (conf/config.yaml's output_subdir)
+        hydra_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, hydra_dir / "config.yaml")
+        OmegaConf.save(OmegaConf.create(list(overrides)), hydra_dir / "overrides.yaml")
+    return run(cfg, out, list(overrides))
+
+
+def results(out: Path) -> dict[str, Any]:
+    """The run's results.json."""
+    return json.loads((out / "results.json").read_text())
+
+
+def saved(out: Path) -> dict[str, Any]:
+    """The run's checkpoint.pt, as a resume reads it."""
+    return torch.load(out / "checkpoint.pt", weights_only=True)
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    """Whether two runs' checkpoints hold bit-identical models."""
+    wa, wb = saved(a)["model"], saved(b)["model"]
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def signal_at(monkeypatch: Any, task_class: type, step: int, signum: int) -> None:
+    """Deliver `signum` to this process while the run draws the batch of `step`."""
+    batch = task_class.batch
+
+    def batch_then_signal(self: Any, at: int) -> Any:
+        if at == step:
+            signal.raise_signal(signum)
+        return batch(self, at)
+
+    monkeypatch.setattr(task_class, "batch", batch_then_signal)

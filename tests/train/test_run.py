@@ -1,0 +1,111 @@
+"""What a run does, end to end in this process: the tutorial's numbers, every task and impl, the
+optimizers that reach the optimum, a user's op, a run that diverges, and the closing lines."""
+
+import logging
+import math
+import re
+import signal
+
+import pytest
+
+from fitting.loop import Stopped
+from fitting.tasks import Poly3Task
+from tests.train.helpers import go, results, saved
+
+OPTIMUM = 8.81716541000702  # the least-squares optimum of the tutorial's float64 data
+SMALL_CNN = ("task=cnn", "task.n_train=64", "task.n_val=16", "task.batch_size=8",
+             "log.every=1")
+
+
+def lines(caplog: pytest.LogCaptureFixture, name: str = "fitting.run") -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == name]
+
+
+def test_the_default_run_is_the_tutorial(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "run"
+    loss = go(out)
+    assert f"{loss:.6g}" == "8.94364"
+    said = "\n".join(lines(caplog))
+    assert "final loss 8.94364 after 2000 steps" in said
+    assert said.count("final") == 1
+    assert "0.0143 relative above the exact optimum 8.81716753217" in said
+    assert f"view it: tensorboard --logdir {out}" in said
+    progress = lines(caplog, "fitting.track.progress")  # not a terminal: plain lines
+    assert len(progress) == 10 and progress[-1].startswith("2000/2000 steps (100%)")
+    assert all("step/s" in p and "left" in p for p in progress)
+    done = results(out)
+    assert done["status"] == "completed" and done["step"] == 2000
+    assert done["final_loss"] == loss and done["ops"] == {"legendre_p3": "custom"}
+    assert not (out / "run.lock").exists()
+
+
+@pytest.mark.parametrize("overrides", [("steps=100",), ("task=mlp", "steps=30"),
+                                       (*SMALL_CNN, "steps=6")], ids=["poly3", "mlp", "cnn"])
+def test_builtin_ops_train_as_the_custom_ones(overrides, tmp_path):
+    custom = go(tmp_path / "custom", *overrides)
+    builtin = go(tmp_path / "builtin", *overrides, "impl=builtin")
+    assert math.isfinite(custom) and builtin == pytest.approx(custom, rel=1e-4)
+    mine, twin = results(tmp_path / "custom"), results(tmp_path / "builtin")
+    assert set(mine["ops"].values()) == {"custom"} and set(twin["ops"].values()) == {"builtin"}
+    assert (mine["val_loss"] is None) == (overrides[0] == "steps=100")
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "newton", "lm"])
+def test_second_order_optimizers_reach_the_optimum(optimizer, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    loss = go(tmp_path / "run", f"optimizer={optimizer}", "dtype=float64")
+    assert loss == pytest.approx(OPTIMUM, rel=1e-13)
+    done = results(tmp_path / "run")
+    assert done["status"] == "converged" and done["step"] <= 17
+    said = "\n".join(lines(caplog))
+    assert "at the exact optimum 8.81716541001 within rounding" in said
+    assert " 0 bytes saved" not in said and "by 0 " not in said and "relative above" not in said
+
+
+@pytest.mark.parametrize("choice, shown", [
+    ("my_ops:my_relu", "my_ops:my_relu"),
+    ("{_target_:torch.clamp,_partial_:true,min:0}", "torch.clamp(min=0)"),
+])
+def test_a_user_op_trains_in_its_slot(choice, shown, tmp_path, monkeypatch):
+    (tmp_path / "my_ops.py").write_text(
+        "import torch\n\ndef my_relu(x):\n    return torch.clamp(x, min=0)\n")
+    monkeypatch.chdir(tmp_path)  # a <module>:<name> is imported from the current dir
+    loss = go(tmp_path / "run", "task=mlp", "steps=5", f"ops.activation={choice}")
+    assert math.isfinite(loss)
+    assert results(tmp_path / "run")["ops"] == {"linear": "custom", "activation": shown}
+
+
+def test_a_diverging_run_stops_before_the_bad_update(tmp_path):
+    with pytest.raises(Stopped) as stop:
+        go(tmp_path / "run", "optimizer.lr=1", "steps=50")
+    step = results(tmp_path / "run")["step"]
+    assert stop.value.code == 1
+    assert re.match(rf"non-finite (loss|gradient) \(.*\) at step {step} ", str(stop.value))
+    assert "the last good checkpoint is" in str(stop.value)
+    assert (saved(tmp_path / "run")["status"], saved(tmp_path / "run")["step"]) == ("diverged", step)
+    with pytest.raises(FloatingPointError):
+        go(tmp_path / "raise", "optimizer.lr=1", "steps=50", "on_nonfinite=raise")
+
+
+def test_ctrl_c_after_the_last_step_lets_the_run_end(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    summary = Poly3Task.summary
+
+    def interrupted_summary(self, model):
+        signal.raise_signal(signal.SIGINT)
+        return summary(self, model)
+
+    monkeypatch.setattr(Poly3Task, "summary", interrupted_summary)
+    go(tmp_path / "run", "steps=5")
+    assert results(tmp_path / "run")["status"] == "completed"
+    assert not any("before training" in line for line in lines(caplog))
+
+
+def test_a_sweep_parent_gone_stops_a_joblib_job_with_its_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr("fitting.run._joblib_parent", lambda: -1)  # never this process's parent
+    with pytest.raises(Stopped) as stop:
+        go(tmp_path / "run", "steps=50")
+    assert stop.value.code == 128 + signal.SIGHUP
+    assert saved(tmp_path / "run")["step"] == 1
+    assert results(tmp_path / "run")["status"] == "interrupted"
