@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -10,6 +11,7 @@ from hydra.experimental.callback import Callback
 
 # The HParams metric columns, as fitting.track.tensorboard.METRICS (a test keeps them equal).
 METRICS = ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
+DONE = ("completed", "converged")  # results.json's statuses of a job that ran to its end
 
 
 class SweepSummary(Callback):
@@ -19,34 +21,34 @@ class SweepSummary(Callback):
         """Print the table and the TensorBoard line; name the jobs that did not complete."""
         from fitting.compare import runs as r
 
+        logging.getLogger("tensorboard").setLevel(logging.WARNING)  # not a line per file read
         sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
         runs = r.read_runs(sweep_dir)
         r.pair(runs)
         if runs:
             print(r.runs_table(runs))
-        undone = [f"{r.shown(run.name)} ({run.status})" for run in runs if run.status not in r.DONE]
+        undone = [f"{r.shown(run.name)} ({run.status})" for run in runs if run.status not in DONE]
         if undone:
             print("did not complete: " + ", ".join(undone))
         said = r.write_differences(runs, sweep_dir)
         if said:
             print(f"mine − reference ({r.DIFF_TAG}): " + "; ".join(said))
-        write_experiment(sweep_dir, runs)
+        write_experiment(sweep_dir, runs, r.differing(runs))
         print(f"tensorboard --logdir {r.shown(sweep_dir)}", flush=True)
 
 
-def write_experiment(sweep_dir: str, runs: list) -> None:
+def write_experiment(sweep_dir: str, runs: list, differing: list[str]) -> None:
     """The sweep's HParams columns in its own event file, the differing op slots first."""
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    from fitting.compare.runs import differing
-
     # SummaryWriter cannot set HParamInfo.differs: TensorBoard shows the columns marked so
-    # first, and nothing else tells a reader which op a sweep varies.
-    differs = {f"ops.{slot}" for slot in differing(runs)}
-    names = {n for run in runs for n in run.hparams}
+    # first, and nothing else tells a reader which op a sweep varies. The columns are those
+    # fitting.track logs: `ops.<slot>` of each slot of the task (results.json's ops), `run`.
+    differs = {f"ops.{slot}" for slot in differing}
+    names = {f"ops.{slot}" for run in runs for slot in run.result.get("ops", ())} | {"run"}
     infos = [api_pb2.HParamInfo(name=n, type=api_pb2.DATA_TYPE_STRING, differs=n in differs)
              for n in sorted(names, key=lambda n: (n not in differs, n[:4] != "ops.", n))]
     metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in METRICS]
@@ -54,7 +56,7 @@ def write_experiment(sweep_dir: str, runs: list) -> None:
         experiment=api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics))
     value = Summary.Value(tag=metadata.EXPERIMENT_TAG, tensor=metadata.NULL_TENSOR,
                           metadata=metadata.create_summary_metadata(data))
-    if names:
+    if runs:
         writer = EventFileWriter(sweep_dir)
         writer.add_event(Event(wall_time=time.time(), summary=Summary(value=[value])))
         writer.close()

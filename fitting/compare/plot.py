@@ -8,7 +8,7 @@ from functools import reduce
 
 import numpy as np
 
-from fitting.compare.runs import Run, group_key, loss_gap, shown
+from fitting.compare.runs import Run, differing, group_key, loss_gap, shown
 
 MAX_ROWS = 6
 # The reference thick and light, mine thin and dashed on top: where they coincide, both show.
@@ -53,12 +53,12 @@ def _row(ax_loss, ax_gap, row: list[Run]) -> None:
     variants: dict[str, list[Run]] = {}
     for run in sorted(row, key=lambda r: json.dumps(r.ops) not in refs):  # the reference first
         variants.setdefault(json.dumps(run.ops), []).append(run)
-    slots = [s for s in row[0].ops if len({json.dumps(r.ops.get(s)) for r in row}) > 1]
+    slots = differing(row)
     gaps = False
     for i, (key, group) in enumerate(variants.items()):
         ref = key in refs
-        label = ("ref: " if ref else "") + shown(", ".join(f"{s}={group[0].ops[s]}" for s in slots)
-                                                  or "all runs alike")
+        choices = ", ".join(f"{s}={group[0].ops.get(s)}" for s in slots) or "all runs alike"
+        label = ("ref: " if ref else "") + shown(choices)
         style = REFERENCE if ref else MINE[(i - bool(refs)) % len(MINE)]  # the reference is 0
         losses = [r.scalars.get("loss/train", ([], [])) for r in group]
         _draw(ax_loss, losses, style, label, f"C{i}")

@@ -17,11 +17,12 @@ from typing import BinaryIO
 import numpy as np
 
 from fitting.compare.runs import (
+    SAVED_BYTES,
+    STEP_MS,
     fmt,
     loss_gap,
     markdown,
     pair,
-    ratio,
     read_runs,
     runs_table,
     shown,
@@ -29,6 +30,8 @@ from fitting.compare.runs import (
 )
 
 PROG = "python -m fitting.compare"
+PEAK = ("peak_bytes", "memory/peak_bytes", max)
+PEAK_RSS = ("peak_rss_bytes", "memory/peak_rss_bytes")
 NOTES = """\
 - Runs pair when their configs agree on everything but `ops`. The reference is the run whose
   differing ops are `builtin`, else `torch.` functions, else the first in job order.
@@ -41,6 +44,11 @@ NOTES = """\
   as a median with a min–max band."""
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b; None where either is missing or b is 0."""
+    return None if a is None or not b else a / b
+
+
 def pairs_table(runs: list) -> str:
     """The per-pair markdown table (after `pair`): loss gap and mine / reference ratios."""
     rows = []
@@ -49,9 +57,8 @@ def pairs_table(runs: list) -> str:
         steps, gap, ref_loss = loss_gap(mine, ref)
         rel = np.max(np.abs(gap) / np.maximum(np.abs(ref_loss), 1e-300)) if len(steps) else None
         rows.append([f"`{shown(mine.name)}`", f"`{shown(ref.name)}`", str(len(steps)),
-                     fmt(rel, ".3e")] + [fmt(ratio(mine.number(k), ref.number(k)), ".4f")
-                                         for k in ("step_ms", "saved_bytes", "peak_bytes",
-                                                   "peak_rss")])
+                     fmt(rel, ".3e")] + [fmt(ratio(mine.number(*k), ref.number(*k)), ".4f")
+                                         for k in (STEP_MS, SAVED_BYTES, PEAK, PEAK_RSS)])
     header = ["mine", "reference", "common steps", "max rel. Δloss", "step time ×",
               "saved bytes ×", "peak ×", "peak RSS ×"]
     return markdown(header, rows) if rows else "No pairs: no two runs differ only in their ops."

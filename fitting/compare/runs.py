@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,17 +14,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-DONE = ("completed", "converged")
-NOT_DONE = "running or killed"  # no results.json
 DIFF_TAG = "loss/train_diff"
 # Every scalar; one image and histogram per tag (reading them is the cost, keeping them memory).
 SIZE_GUIDANCE = {"scalars": 0, "images": 1, "histograms": 1, "compressedHistograms": 1}
-# A run's numbers: results.json's key, else the tag's logged values reduced by the function.
-NUMBERS = {"final_loss": ("final_loss", "loss/train", lambda v: v[-1]),
-           "step_ms": ("step_ms_median", "time/step_ms_median", lambda v: v[-1]),
-           "saved_bytes": ("saved_bytes", "memory/saved_bytes", np.median),
-           "peak_bytes": ("peak_bytes", "memory/peak_bytes", np.max),
-           "peak_rss": ("peak_rss_bytes", "memory/peak_rss_bytes", lambda v: v[-1])}
+# A run's numbers (Run.number): results.json's key, else the tag's logged values.
+FINAL_LOSS, STEP_MS = ("final_loss", "loss/train"), ("step_ms_median", "time/step_ms_median")
+SAVED_BYTES = ("saved_bytes", "memory/saved_bytes", np.median)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster at 300 runs
 
 
@@ -36,14 +32,12 @@ class Run:
     config: dict[str, Any]
     result: dict[str, Any]
     scalars: dict[str, tuple[np.ndarray, np.ndarray]]
-    hparams: list[str]  # the HParams columns it logged
     ops: dict[str, str]  # each slot's op choice as text
-    status: str  # results.json's (completed, diverged, ...), else NOT_DONE
+    status: str  # results.json's (completed, diverged, ...), else running or killed
     reference: Run | None = None
 
-    def number(self, what: str) -> float | None:
-        """One of NUMBERS: results.json's value, else from the logged tag; None without both."""
-        key, tag, pick = NUMBERS[what]
+    def number(self, key: str, tag: str, pick=lambda values: values[-1]) -> float | None:
+        """results.json's `key`, else `pick` of the tag's logged values; None without both."""
         if self.result.get(key) is not None:
             return float(self.result[key])
         series = self.scalars.get(tag)
@@ -65,34 +59,25 @@ def shown(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _load(path: str, load) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return load(f)
-    except (OSError, ValueError, yaml.YAMLError):  # absent, half-written or not ours
-        return None
+def _load(path: str, load) -> dict[str, Any] | None:
+    with contextlib.suppress(OSError, ValueError, TypeError, yaml.YAMLError), open(path, "rb") as f:
+        return dict(load(f))  # None where absent, half-written or not ours
 
 
-def _events(path: str) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str]]:
-    """The scalars and the HParams columns logged in the event files of `path`."""
+def _scalars(path: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The scalars logged in the event files of `path`, as (steps, values) by tag."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.hparams import metadata
 
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:  # TensorBoard opens only UTF-8 paths: reach it by a link
         with tempfile.TemporaryDirectory() as tmp:
             os.symlink(path, os.path.join(tmp, "run"))
-            return _events(os.path.join(tmp, "run"))
+            return _scalars(os.path.join(tmp, "run"))
     acc = EventAccumulator(path, size_guidance=SIZE_GUIDANCE)
     acc.Reload()
-    scalars = {tag: (np.array([e.step for e in events]), np.array([e.value for e in events]))
-               for tag in acc.Tags()["scalars"] for events in [acc.Scalars(tag)]}
-    try:
-        start = acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_START_INFO_TAG]
-    except KeyError:  # a run without HParams
-        return scalars, []
-    return scalars, list(metadata.parse_session_start_info_plugin_data(start).hparams)
+    return {tag: (np.array([e.step for e in events]), np.array([e.value for e in events]))
+            for tag in acc.Tags()["scalars"] for events in [acc.Scalars(tag)]}
 
 
 def read_runs(root: str | os.PathLike) -> list[Run]:
@@ -108,10 +93,11 @@ def read_runs(root: str | os.PathLike) -> list[Run]:
         name = os.path.relpath(path, os.path.dirname(root) if path == root else root)
         config = _load(config, lambda f: yaml.load(f, _Loader)) or {}
         result = _load(os.path.join(path, "results.json"), json.load) or {}
-        ops = config.get("ops") or result.get("ops") or {}
-        runs.append(Run(name, path, config, result, *_events(path),
-                        {slot: _op_text(c, config) for slot, c in ops.items()},
-                        str(result.get("status", NOT_DONE))))
+        ops = config.get("ops", {})
+        slots = result.get("ops") or ops  # the task's slots, once it has run
+        runs.append(Run(name, path, config, result, _scalars(path),
+                        {s: _op_text(c, config) for s, c in ops.items() if s in slots},
+                        str(result.get("status", "running or killed"))))
     return runs
 
 
@@ -128,9 +114,7 @@ def differing(runs: list[Run]) -> list[str]:
 
 
 def pair(runs: list[Run]) -> None:
-    """Set `reference` of each run: among runs differing only in ops, the builtin one."""
-    # Else the one with `torch.` functions, else the first in job order; every run with other
-    # choices than the reference's is compared against it.
+    """Set each run's `reference`: of runs differing only in ops, builtin, torch. or the first."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(group_key(run), []).append(run)
@@ -154,10 +138,6 @@ def fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
-
 def markdown(header: list[str], rows: list[list[str]]) -> str:
     """A markdown table."""
     return "\n".join("| " + " | ".join(cells) + " |"
@@ -169,16 +149,16 @@ def runs_table(runs: list[Run]) -> str:
     slots, refs = differing(runs), {id(r.reference) for r in runs}
     rows = []
     for run in runs:
-        ref, loss, ms = run.reference, run.number("final_loss"), run.number("step_ms")
+        ref, loss, ms = run.reference, run.number(*FINAL_LOSS), run.number(*STEP_MS)
         delta = times = "ref" if id(run) in refs else ""
         if ref is not None:
-            ref_loss = ref.number("final_loss")
+            ref_loss = ref.number(*FINAL_LOSS)
             delta = fmt(None if None in (loss, ref_loss) else loss - ref_loss, ".3g")
-            times = fmt(ratio(ms, ref.number("step_ms")), ".3f")
-        ops = {s: c for s, c in run.ops.items() if s in slots} or run.result.get("ops") or run.ops
-        ops = ", ".join(f"{s}={c}" for s, c in ops.items())
+            ref_ms = ref.number(*STEP_MS)
+            times = fmt(ms / ref_ms if ms is not None and ref_ms else None, ".3f")
+        ops = ", ".join(f"{s}={c}" for s, c in run.ops.items() if s in slots or not slots)
         rows.append([f"`{shown(run.name)}`", shown(ops), fmt(loss, ".6g"), delta, fmt(ms, ".4g"),
-                     times, fmt(run.number("saved_bytes"), ",.0f"), run.status])
+                     times, fmt(run.number(*SAVED_BYTES), ",.0f"), run.status])
     return markdown(["job", "ops", "final loss", "Δ loss vs ref", "step ms (median)", "× ref",
                      "saved bytes", "status"], rows)
 
