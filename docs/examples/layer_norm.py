@@ -17,7 +17,8 @@ def layer_norm(x, normalized_shape, weight, bias, eps=1e-5):
 
 def samples():
     """The inputs to card it on, as (args, kwargs) pairs: a batch of 16 vectors of 8, and the
-    same with eps=1e-3."""
+    same with eps=1e-3. The tensors that require grad are the ones that train."""
     g = torch.Generator().manual_seed(0)
-    x, weight, bias = (torch.randn(*shape, generator=g) for shape in ((16, 8), (8,), (8,)))
+    x, weight, bias = (torch.randn(*shape, generator=g).requires_grad_()
+                       for shape in ((16, 8), (8,), (8,)))
     return [((x, (8,), weight, bias), {}), ((x, (8,), weight, bias), {"eps": 1e-3})]

@@ -1,11 +1,11 @@
 """A leaky ReLU with its slope as an argument, written with torch ops only.
 
-Autograd differentiates it, so it gets double backward, forward AD and vmap for free. Its
-report card, the slope given in the spec, against torch's own:
+Autograd differentiates it, so it gets double backward and forward AD for free. Its card,
+the slope given in Hydra's form (the same text train.py takes), against torch's own:
 
     PYTHONPATH=docs/examples python -m fitting.opcheck activation \
-        "leaky:leaky_relu(negative_slope=0.1)" \
-        --ref "torch.nn.functional:leaky_relu(negative_slope=0.1)"
+        '{_target_:leaky.leaky_relu,_partial_:true,negative_slope:0.1}' \
+        --ref '{_target_:torch.nn.functional.leaky_relu,_partial_:true,negative_slope:0.1}'
 """
 
 import torch

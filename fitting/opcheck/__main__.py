@@ -1,14 +1,11 @@
-import os
 import sys
 
-from fitting.opcheck.cli import main
-from models.ops.guard import still_running
+from fitting.opcheck import clash
 
-code = main()
-if still_running():
-    # An op that never returned still runs in a daemon thread; torch aborts the process if
-    # the interpreter shuts down around it, so leave without the shutdown.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-sys.exit(code)
+if line := clash():  # before anything imports the lab's packages by those names
+    print(line, file=sys.stderr)
+    sys.exit(2)
+
+from fitting.opcheck.cli import main  # noqa: E402
+
+sys.exit(main())

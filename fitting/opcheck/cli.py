@@ -1,127 +1,160 @@
-"""`python -m fitting.opcheck SLOT [SPEC] [--ref REF]`: the report card of an op against a
-reference (the slot's built-in twin unless --ref); `any SPEC --ref REF --shape 64,8` (or
-`--inputs module:fn`) cards an op with no slot.
+"""python -m fitting.opcheck SLOT [SPEC] [--ref SPEC]: the graded card of an op against its
+reference (the slot's built-in twin unless --ref), one verdict per use; `any SPEC --ref SPEC
+--shape 64,8 | --inputs module:fn` cards an op with no slot. A SPEC is custom, builtin,
+<module>:<name>, or Hydra's {_target_:<module>.<name>,_partial_:true,<arg>:<value>}.
 
-Exit status: 0 when nothing is wrong, 1 when something is, 2 for a SPEC or REF that cannot run
-(or an op that exits or hangs).
+Exit status: 0 nothing wrong, 1 something wrong (or a note, with --strict), 2 the op cannot run.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 import torch
 
-from fitting.opcheck import card as card_mod
-from fitting.opcheck.anyop import any_entry, load_samples, shape_samples
-from fitting.opcheck.card import (
-    CardAborted,
-    markdown,
-    run_card,
-    summary,
-    table,
-    title,
-    verdict_table,
-)
-from fitting.opcheck.subject import Subject
-from models.ops.choice import OPS, SPEC_HELP, OpSpecError, check_op, resolve_callable, resolve_op
+from fitting import ops, verdict
+from fitting.opcheck import rows
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def default_out(op: str, spec: str) -> Path:
-    """outputs/opcheck/<op>-<spec>, the spec made filename-safe."""
-    return Path("outputs") / "opcheck" / f"{op}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', spec)}"
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+TWINS = {"linear": "torch.nn.functional.linear", "activation": "torch.relu",
+         "conv_bn": "conv_bn_reference", "legendre_p3": "legendre_p3_reference"}
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fitting.opcheck", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("op", choices=[*sorted(OPS), "any"], help="the slot the op fills, or any")
-    p.add_argument("spec", nargs="?", default="custom",
-                   help=f"{SPEC_HELP}, or <module>:<name>(kw=value, ...) (default custom)")
-    p.add_argument("--ref", help="the reference, in SPEC's forms (default builtin, the twin)")
-    p.add_argument("--shape", help="any: one tensor input of this shape, e.g. 64,8")
-    p.add_argument("--inputs", help="any: <module>:<fn> returning [(args, kwargs), ...]")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
-                   help="the dtype of the first parity rows and the calling cases")
-    p.add_argument("--rtol", type=float, help="relative tolerance, for approximate ops")
-    p.add_argument("--atol", type=float, help="absolute tolerance, for approximate ops")
-    p.add_argument("--out", type=Path, help="directory for opcheck.md "
-                   "(default outputs/opcheck/<op>-<spec>)")
-    p.add_argument("--quick", action="store_true", help="smaller sizes, shorter runs")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("slot", choices=[*ops.SLOTS, "any"], help="the slot the op fills, or any")
+    p.add_argument("spec", nargs="?", default="custom", help="the op (default custom)")
+    p.add_argument("--ref", help="the reference, a SPEC too (default builtin, the slot's twin)")
+    p.add_argument("--shape", help="any: one input tensor of this shape, e.g. 64,8")
+    p.add_argument("--inputs", help="any: <module>:<fn> returning [(args, kwargs), ...]; "
+                   "the tensors that require grad are the ones that train")
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--rtol", type=float, help="relative tolerance (an approximate op)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (an approximate op)")
+    p.add_argument("--strict", action="store_true", help="a note fails the card too")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
     p.add_argument("--backend", default="aot_eager", help="torch.compile backend")
-    return p  # fmt: skip
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", type=Path, help="also write the card to OUT/opcheck.md")
+    return p
 
 
-def _device(text: str) -> torch.device:
+def parse_spec(text: str):
+    """A SPEC as Hydra parses the value of an override: a string, or a dict for {...}."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     try:
-        device = torch.device(text)
-    except RuntimeError as err:
-        raise OpSpecError(f"--device {text}: {err}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise OpSpecError(f"--device {text}: this torch ({torch.__version__}) sees no CUDA "
-                          "device; use --device cpu")  # fmt: skip
-    return device
+        return OverridesParser.create().parse_override(f"op={text}").value()
+    except Exception:
+        raise ops.OpChoiceError(f"{text}: not a SPEC in Hydra's override syntax: custom, builtin, "
+                                "<module>:<name> or '{_target_:<module>.<name>,_partial_:true,"
+                                "<arg>:<value>}' (quoted in a shell)") from None
 
 
-def _as_ref(op: str, spec: str, resolve):
-    try:
-        return resolve()
-    except OpSpecError as err:
-        raise OpSpecError(str(err).replace(f"ops.{op}={spec}", f"--ref {spec}", 1)) from None
+def _any_samples(args, dtype, device) -> list[verdict.Sample]:
+    """--shape: one tensor (and its edge values); --inputs: the samples a function returns."""
+    if args.shape:
+        try:
+            shape = tuple(int(n) for n in args.shape.split(","))
+        except ValueError:
+            raise ops.OpChoiceError(f"--shape {args.shape}: expected sizes, e.g. 64,8") from None
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        n = x.numel()
+        edges = {"x = 0, -0, ±1e-3, ±1.5": [0.0, -0.0, 1e-3, -1e-3, 1.5, -1.5],
+                 "x = ±inf, NaN": [torch.inf, -torch.inf, torch.nan]}
+        cases = {"x": x + 0.1 * x.sign(), **{k: torch.tensor(v * n)[:n].reshape(shape)
+                                            for k, v in edges.items()}}
+        return [(k, (t.to(device, dtype).requires_grad_(),), {}, True) for k, t in cases.items()]
+    made = ops.resolve_op("any", args.inputs, key=f"--inputs {args.inputs}")()
+    if not (isinstance(made, list) and made and all(len(s) == 2 for s in made)):
+        raise ops.OpChoiceError(f"--inputs {args.inputs}: expected a list of (args, kwargs)")
+    samples = [(f"sample {i}", tuple(a), dict(k), True) for i, (a, k) in enumerate(made)]
+    if not any(t.requires_grad for _, t in verdict.tensors(samples[0][1:3], "")):
+        raise ops.OpChoiceError(f"--inputs {args.inputs}: no tensor of sample 0 requires grad; "
+                                "mark the ones that train with .requires_grad_()")
+    return samples
 
 
-def _subject(args, device: torch.device):
-    """(Subject, the op resolved, its reference resolved) from the command line."""
-    dtype, tol = DTYPES[args.dtype], (args.rtol, args.atol)
-    common = {"quick": args.quick, "device": device, "backend": args.backend, "dtype": dtype,
-              "tol": tol}  # fmt: skip
-    if args.op != "any":
-        if args.shape or args.inputs:
-            raise OpSpecError(f"--shape and --inputs are for `any`; the slot {args.op} has its "
-                              "own inputs")  # fmt: skip
-        ref_spec = args.ref or "builtin"
-        resolved = resolve_op(args.op, args.spec)
-        ref = _as_ref(args.op, ref_spec, lambda: resolve_op(args.op, ref_spec))
-        check_op(args.op, resolved.fn, args.spec, dtype=dtype, device=device)
-        _as_ref(args.op, ref_spec,
-                lambda: check_op(args.op, ref.fn, ref_spec, dtype=dtype, device=device))
-        s = Subject(args.op, args.spec, resolved.fn, OPS[args.op], ref=ref.fn,
-                    ref_spec=ref_spec, **common)  # fmt: skip
-        return s, resolved, ref
-    if not args.ref or not (args.shape or args.inputs):
-        raise OpSpecError(f"any {args.spec}: an op with no slot needs --ref <module>:<name> and "
-                          "its inputs, --shape 64,8 or --inputs <module>:<fn>")  # fmt: skip
-    resolved = resolve_callable("any", args.spec, "my_ops:my_fn")
-    ref = _as_ref("any", args.ref, lambda: resolve_callable("any", args.ref, "torch:softmax"))
-    samples = (shape_samples(args.shape) if args.shape
-               else load_samples(args.inputs, card_mod.CALL_TIMEOUT))  # fmt: skip
-    entry, extra = any_entry(resolved.fn, ref.fn, samples, device, dtype)
-    s = Subject("any", args.spec, entry.custom, entry, ref=entry.builtin, ref_spec=args.ref,
-                extra_cases=extra, **common)  # fmt: skip
-    return s, resolved, ref
+def _setup(args):
+    """(title, op, reference, samples, parameter names) from the command line."""
+    dtype, device = DTYPES[args.dtype], torch.device(args.device)
+    spec, ref_spec = parse_spec(args.spec), parse_spec(args.ref or "builtin")
+    if args.slot == "any":
+        if not args.ref or not (args.shape or args.inputs):
+            raise ops.OpChoiceError("any: give --ref and --shape 64,8 or --inputs <module>:<fn>")
+        samples, ours = _any_samples(args, dtype, device), None
+        title = f"any {ops.describe_op(spec)}"
+    else:
+        samples, ours = ops.slot_samples(args.slot, dtype, device), ops.SLOTS[args.slot][0]
+        title = f"ops.{args.slot}={ops.describe_op(spec)}"
+    fn = ops.resolve_op(args.slot, spec)
+    ref = ops.resolve_op(args.slot, ref_spec, key=f"--ref {ops.describe_op(ref_spec)}")
+    names = verdict.param_names(fn, ref, *([ours] if ours else []))
+    twin = f" ({TWINS.get(args.slot, '')})" if ref_spec == "builtin" else ""
+    title += f" against {ops.describe_op(ref_spec)}{twin}, {args.dtype} on {device}"
+    return title, fn, ref, samples, names
+
+
+def card(fn, ref, samples: list[verdict.Sample], names: list[str], tol, backend: str | None
+         ) -> dict[str, list[verdict.Finding]]:
+    """Each use's findings: training, second order, forward AD, compiles, torch.library."""
+    training = verdict.judge_training(fn, ref, samples, names, tol)
+    training.append(rows.gradcheck(fn, ref, samples[0], names))
+    first_wrong = any(s == "wrong" for s, _ in training)
+    second = [("not judged", "its first-order gradients are wrong (see training)")] if first_wrong \
+        else verdict.judge_derivatives("second_order", fn, ref, samples[0], names, tol)
+    return {
+        "training": training, "second order": second,
+        "forward AD": verdict.judge_derivatives("forward_ad", fn, ref, samples[0], names, tol),
+        "compiles": [rows.compiles(fn, samples[0], names, tol, backend) if backend
+                     else ("n/a", "not tried (--no-compile)")],
+        "torch.library": [rows.library_opcheck(fn, samples[0])],
+    }
+
+
+def render(title: str, found: dict[str, list[verdict.Finding]], strict: bool) -> tuple[str, int]:
+    """The card as printed, and its exit status."""
+    out, worst = [title], {}
+    for use, findings in found.items():
+        worst[use] = max((s for s, _ in findings), key=verdict.RANK.index)
+        calm = worst[use] in ("pass", "note", "same as the reference")
+        main = [t for s, t in findings if s == "pass"] if calm else []
+        main = main or [next(t for s, t in findings if s == worst[use])]
+        out.append(f"{use:<14} {worst[use]:<22} {'; '.join(main)}")
+        out += [f"  {s}: {t}" for s, t in findings if t not in main]
+    wrong = [u for u, s in worst.items() if s == "wrong"]
+    notes = sum(s == "note" for f in found.values() for s, _ in f)
+    code = 1 if wrong or (strict and notes) else 0
+    said = f"wrong for {', '.join(wrong)}" if wrong else "nothing wrong"
+    note = f"{notes} note{'s' * (notes != 1)}" + ("" if strict else " (--strict fails on notes)")
+    out.append(f"exit {code}: {said}" + (f"; {note}" if notes else ""))
+    return "\n".join(out), code
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the arguments, run the card, print it and write DIR/opcheck.md; the exit status."""
+    """Run the card from the command line; print it; the exit status."""
     args = _parser().parse_args(argv)
     try:
-        s, resolved, ref = _subject(args, _device(args.device))
-        card = run_card(s, ref if args.ref else None, resolved)
-    except (OpSpecError, CardAborted) as err:
+        title, fn, ref, samples, names = _setup(args)
+        rtol, atol = ops.TOL[DTYPES[args.dtype]]
+        tol = (rtol if args.rtol is None else args.rtol, atol if args.atol is None else args.atol)
+        try:
+            found = card(fn, ref, samples, names, tol, None if args.no_compile else args.backend)
+        except verdict.CannotRun as err:
+            raise ops.OpChoiceError(f"{title.split(' against ')[0]}: {err}") from None
+    except ops.OpChoiceError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    mark = "WRONG" if card.failed else "PASS"
-    print(f"opcheck {title(card)}\n{card.setting}\n\n{table(card)}\n\nVerdict:\n\n"
-          f"{verdict_table(card)}\n\n{mark}: {summary(card)}")  # fmt: skip
-    out = args.out or default_out(args.op, args.spec)
-    out.mkdir(parents=True, exist_ok=True)
-    command = "python -m fitting.opcheck " + " ".join(sys.argv[1:] if argv is None else argv)
-    (out / "opcheck.md").write_text(markdown(card, command))
-    print(f"written to {out / 'opcheck.md'}")
-    return 1 if card.failed else 0
+    except SystemExit as err:  # an op's own sys.exit, outside the checked calls
+        print(f"error: the op called sys.exit({err.code!r})", file=sys.stderr)
+        return 2
+    text, code = render(title, found, args.strict)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "opcheck.md").write_text(f"```\n{text}\n```\n")
+    return code

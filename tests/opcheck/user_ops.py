@@ -1,0 +1,165 @@
+"""Ops written the way people write them, each for one rule of the card (docs/ops.md)."""
+
+import torch
+from torch.autograd.function import once_differentiable
+
+
+class RoundSTE(torch.autograd.Function):
+    """Rounding with a straight-through gradient (as LSQ and PACT quantizers do)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.round()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def round_ste_reference(x):
+    """The same estimator in the usual torch idiom: round forward, identity backward."""
+    return x + (x.round() - x).detach()
+
+
+def where_relu(x):
+    """The textbook ReLU: 0 at NaN (torch.relu keeps NaN)."""
+    return torch.where(x > 0, x, 0)
+
+
+def relu_one_at_zero(x):
+    """Wrong: 1 at x = 0."""
+    return torch.where(x == 0, torch.ones_like(x), x.clamp_min(0))
+
+
+def nan_checked_relu(x):
+    """Validates its input, as library code does."""
+    if torch.isnan(x).any():
+        raise ValueError("relu: x has NaN")
+    return torch.relu(x)
+
+
+class HardTanhInPlace(torch.autograd.Function):
+    """An in-place clamp to [-1, 1] that marks its input dirty (as in-place quantizers do)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x.abs() <= 1)
+        ctx.mark_dirty(x)
+        return x.clamp_(-1, 1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inside,) = ctx.saved_tensors
+        return grad * inside
+
+
+def mse(input, target):
+    """A loss with its target positional."""
+    return (input - target).square().mean()
+
+
+def mse_samples():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(8, 3, generator=g), torch.randn(8, 3, generator=g)
+    return [((x.requires_grad_(), y), {})]
+
+
+@torch.library.custom_op("opcheck_tests::scale_shift", mutates_args=())
+def scale_shift(xs: list[torch.Tensor], scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two outputs from a list argument, as a torch.library op."""
+    return xs[0] * scale, xs[1] + scale
+
+
+@scale_shift.register_fake
+def _(xs, scale):
+    return torch.empty_like(xs[0]), torch.empty_like(xs[1])
+
+
+def _backward(ctx, grad_a, grad_b):
+    return [grad_a * ctx.scale, grad_b], None
+
+
+def _setup(ctx, inputs, output):
+    ctx.scale = inputs[1]
+
+
+scale_shift.register_autograd(_backward, setup_context=_setup)
+
+
+def scale_shift_reference(xs, scale):
+    return xs[0] * scale, xs[1] + scale
+
+
+def scale_shift_samples():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 3, generator=g), torch.randn(5, generator=g)
+    return [(([a.requires_grad_(), b.requires_grad_()], 2.0), {})]
+
+
+class LayerNormNoMeanTerm(torch.autograd.Function):
+    """A layer norm whose backward forgets the mean's and the variance's terms."""
+
+    @staticmethod
+    def forward(ctx, x, normalized_shape, weight, bias, eps=1e-5):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        rstd = torch.rsqrt(var + eps)
+        ctx.save_for_backward(x, mean, rstd, weight)
+        return (x - mean) * rstd * weight + bias
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, mean, rstd, weight = ctx.saved_tensors
+        return grad * weight * rstd, None, (grad * (x - mean) * rstd).sum(0), grad.sum(0), None
+
+
+def linear_2d(x, weight, bias):
+    """A linear for 2-D input only (.t() and .mm), as every model here calls it."""
+    return x.mm(weight.t()) + bias
+
+
+class LinearHalfWeightGrad(torch.autograd.Function):
+    """Wrong: half the weight's gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t() + bias
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight, 0.5 * grad.t() @ x, grad.sum(0)
+
+
+class ReLUOnce(torch.autograd.Function):
+    """Right, but once_differentiable: no second derivative."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp_min(0)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x > 0)
+
+
+def exits(x):
+    """Ends the process instead of returning."""
+    raise SystemExit(3)
+
+
+def layer_norm_samples():
+    g = torch.Generator().manual_seed(0)
+    x, weight, bias = (torch.randn(*shape, generator=g).requires_grad_()
+                       for shape in ((3, 4), (4,), (4,)))
+    return [((x, (4,), weight, bias), {})]
+
+
+def relu_item(x):
+    """Data-dependent Python control flow: no full graph for torch.compile."""
+    if x.sum().item() > 1e9:
+        return x
+    return torch.relu(x)
