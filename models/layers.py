@@ -12,7 +12,8 @@ from .ops import fused_conv_bn2d, linear, relu
 Op = Callable[..., torch.Tensor]
 
 
-def _name(op: Op) -> str:
+def op_name(op: Op) -> str:
+    """How a repr names an op: its qualified name."""
     return getattr(op, "__qualname__", None) or repr(op)
 
 
@@ -29,7 +30,7 @@ class Linear(nn.Linear):
         return self.op(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, op={_name(self.op)}"
+        return f"{super().extra_repr()}, op={op_name(self.op)}"
 
 
 class ReLU(nn.Module):
@@ -44,7 +45,7 @@ class ReLU(nn.Module):
         return self.op(x)
 
     def extra_repr(self) -> str:
-        return f"op={_name(self.op)}"
+        return f"op={op_name(self.op)}"
 
 
 class FusedConvBN2d(nn.Sequential):
@@ -85,4 +86,4 @@ class FusedConvBN2d(nn.Sequential):
         return out
 
     def extra_repr(self) -> str:
-        return f"op={_name(self.op)}"
+        return f"op={op_name(self.op)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .layers import Op, _name
+from .layers import Op, op_name
 from .ops import legendre_p3 as _legendre_p3
 
 # The tutorial's starting point: y = -P3(0.3 x).
@@ -44,4 +44,4 @@ class Poly3(nn.Module):
         return f"y = {a} + {b} * P3({c} + {d} x)"
 
     def extra_repr(self) -> str:
-        return f"legendre_p3={_name(self.legendre_p3)}"
+        return f"legendre_p3={op_name(self.legendre_p3)}"

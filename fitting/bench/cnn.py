@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from fitting.bench.report import machine, median_ms, parser, table, write_section
+from fitting.bench.report import machine, medians_ms, parser, table, write_section
 from models.cnn import CurveCNN
 from models.ops import conv_bn_reference, fused_conv_bn2d
 
@@ -79,16 +79,14 @@ def tensor_peak(step: Callable[[], None], device: str) -> int:
 
 def run(device: str, quick: bool) -> str:
     """The table: one row per conv_bn and batch size."""
-    batches, t = ((8,), 0.05) if quick else ((256, 1024), 2.0)
+    batches, t = ((8,), 0.05) if quick else ((256, 1024), 1.0)
     rows = []
     for batch in batches:
-        measured = {}
-        for name, conv_bn in CONV_BNS.items():
-            step = training_step(conv_bn, batch, device)
-            measured[name] = tensor_peak(step, device), median_ms(step, t)
-        peak_twin, ms_twin = measured["twin"]
-        rows += [[name, batch, f"{peak / 2**20:.1f}", f"{peak / peak_twin:.2f}", ms,
-                  f"{ms / ms_twin:.2f}"] for name, (peak, ms) in measured.items()]
+        steps = {name: training_step(conv_bn, batch, device) for name, conv_bn in CONV_BNS.items()}
+        peaks = {name: tensor_peak(step, device) for name, step in steps.items()}
+        ms = medians_ms(steps, t, rounds=1 if quick else 3)
+        rows += [[name, batch, f"{peaks[name] / 2**20:.1f}", f"{peaks[name] / peaks['twin']:.2f}",
+                  ms[name], f"{ms[name] / ms['twin']:.2f}"] for name in steps]
     return f"{machine(device)}; step ms: medians of torch.utils.benchmark\n\n{table(HEADER, rows)}"
 
 

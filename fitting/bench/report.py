@@ -6,6 +6,7 @@ import argparse
 import platform
 import re
 import shlex
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -15,17 +16,24 @@ from torch.utils.benchmark import Timer
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
 
-def median_ms(fn: Callable[[], object], min_run_time: float) -> float:
-    """Median milliseconds of one fn() call, by torch.utils.benchmark (syncs CUDA itself)."""
-    fn()  # warm-up: lazy init, allocator caches, compilation
-    return Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time
-                                                               ).median * 1e3
+def medians_ms(fns: dict[str, Callable[[], object]], min_run_time: float,
+               rounds: int = 3) -> dict[str, float]:
+    """Median milliseconds of one call of each fn, by torch.utils.benchmark (1 thread, CUDA
+    synced), the fns measured in alternating rounds so that drift in the load hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()  # warm-up: lazy init, allocator caches, compilation
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            m = Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time)
+            times[name] += m.times
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def machine(device: str) -> str:
     """One line naming what the numbers were measured on."""
     where = torch.cuda.get_device_name(device) if device.startswith("cuda") else (
-        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
+        f"{platform.processor() or platform.machine()}, timed on 1 thread")
     return f"torch {torch.__version__}, {device} ({where})"
 
 

@@ -50,21 +50,25 @@ class ReLUMaskedFn(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        # out != 0 is x > 0, NaN included (as in torch.relu), and cheaper to compute.
-        mask = output != 0
+        # out.bool() is out != 0, i.e. x > 0 (NaN included, as in torch.relu).
+        mask = output.bool()
         ctx.save_for_backward(mask)
         ctx.save_for_forward(mask)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        (mask,) = ctx.saved_tensors
-        # where, not grad * mask: a NaN or inf grad where the mask is off must give 0.
-        return torch.where(mask, grad, 0)
+        return _masked(grad, ctx.saved_tensors[0])
 
     @staticmethod
     def jvp(ctx, x_tangent: torch.Tensor) -> torch.Tensor:
-        (mask,) = ctx.saved_tensors
-        return torch.where(mask, x_tangent, 0)
+        return _masked(x_tangent, ctx.saved_tensors[0])
+
+
+def _masked(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """t where mask else +0.0 (also where t is inf or NaN), differentiable in t."""
+    # torch.relu's backward kernel on the mask as 0/1 floats; through int8 because bool ->
+    # float has no vectorized CPU kernel (~6x slower), and torch.where on bool ~15x slower.
+    return torch.ops.aten.threshold_backward(t, mask.view(torch.int8).to(t.dtype), 0)
 
 
 _relu, _relu_masked = compilable(ReLUFn), compilable(ReLUMaskedFn)
