@@ -75,7 +75,7 @@ def run(device: str, quick: bool) -> str:
     for name, ours, twin, inputs, compile_twin in cases(device, quick):
         fns = {"ours": step(ours, inputs), "twin": step(twin, inputs)}
         if compile_twin and not quick:
-            torch._dynamo.reset()
+            torch.compiler.reset()
             fns["compiled"] = step(torch.compile(twin), inputs)
         ms = medians_ms(fns, t, rounds=1 if quick else 3)
         rows.append([name, ms["ours"], ms["twin"], f"{ms['ours'] / ms['twin']:.2f}",

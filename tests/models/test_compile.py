@@ -22,7 +22,7 @@ def _loss_and_grads(model, forward, x):
     (lambda: CurveCNN(image_size=8, channels=(2,), hidden=4), torch.randn(4, 1, 8, 8)),
 ], ids=["poly3", "mlp", "cnn"])
 def test_compiled_model_equals_eager_and_updates_the_same_running_stats(build, x):
-    torch._dynamo.reset()
+    torch.compiler.reset()
     torch.manual_seed(0)
     model = build()
     eager = _loss_and_grads(model, model, x)
