@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import ConfigKeyError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # runs go to its outputs/, whatever the cwd
 CHECKPOINT = "checkpoint.pt"
@@ -21,10 +22,15 @@ class ConfigError(ValueError):
     """A config the app refuses: train.py prints `config error: <message>` and exits 2."""
 
 
-Impl = StrEnum("Impl", ["custom", "builtin"])
-Device = StrEnum("Device", ["auto", "cpu", "cuda"])
-DType = StrEnum("DType", ["float32", "float64"])
-OnNonFinite = StrEnum("OnNonFinite", ["stop", "raise"])
+class Choice(str, Enum):
+    def __str__(self) -> str:  # the value: `${impl}` in ops.* and messages read `custom`
+        return self.value
+
+
+Impl = Choice("Impl", [(v, v) for v in ("custom", "builtin")])
+Device = Choice("Device", [(v, v) for v in ("auto", "cpu", "cuda")])
+DType = Choice("DType", [(v, v) for v in ("float32", "float64")])
+OnNonFinite = Choice("OnNonFinite", [(v, v) for v in ("stop", "raise")])
 
 
 @dataclass
@@ -85,14 +91,14 @@ class Config:
 
 def check(cfg: Any) -> None:
     """Raise ConfigError naming the first run-level key that is unknown or out of range."""
-    unknown = _unknown(OmegaConf.to_container(cfg, resolve=False),
-                       OmegaConf.to_container(OmegaConf.structured(Config)), "")
-    if unknown:
-        raise ConfigError(f"unknown key {unknown} (added with +?); python train.py --help "
-                          "lists the keys")
-    least = {"steps": 1, "threads": 0, "log.every": 1, "ckpt.every": 0, "stop.patience": 0}
-    least.update({f"log.{k}": 0 for k in ("hist_every", "figure_every", "val_every",
-                                          "console_every", "memory_every")})
+    given = OmegaConf.to_container(cfg, resolve=False)
+    try:  # the task's and optimizer's keys are their classes' to check
+        OmegaConf.merge(Config, {k: v for k, v in given.items() if k not in ("task", "optimizer")})
+    except ConfigKeyError as err:
+        raise ConfigError(f"unknown key {err.full_key} (added with +?); python train.py --help "
+                          "lists the keys") from None
+    least = {"steps": 1, "threads": 0, "log.every": 1, "ckpt.every": 0, "stop.patience": 0,
+             **{f"log.{k}_every": 0 for k in ("hist", "figure", "val", "console", "memory")}}
     for key, low in least.items():
         if OmegaConf.select(cfg, key) < low:
             raise ConfigError(f"{key} must be >= {low}, got {OmegaConf.select(cfg, key)}")
@@ -100,53 +106,32 @@ def check(cfg: Any) -> None:
         raise ConfigError(f"stop.rtol must be >= 0 or null, got {cfg.stop.rtol}")
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed must be in [-2**63, 2**64), got {cfg.seed}")
-    if cfg.device == "cuda":
-        import torch
+    import torch  # here: the other checks answer before torch is imported
 
-        if not torch.cuda.is_available():
-            raise ConfigError("device=cuda but CUDA is not available; use device=auto or cpu")
-
-
-def _unknown(given: Any, known: Any, prefix: str) -> str | None:
-    """The first dotted key of `given` that `known` lacks (task.* and optimizer.* are the
-    classes' to check)."""
-    if not isinstance(given, dict) or not isinstance(known, dict):
-        return None
-    for key, value in given.items():
-        if key not in known:
-            return prefix + str(key)
-        if prefix + key not in ("task", "optimizer"):
-            found = _unknown(value, known[key], f"{prefix}{key}.")
-            if found:
-                return found
-    return None
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but CUDA is not available; use device=auto or cpu")
 
 
-def run_dir(resume: str | None, new: str) -> str:
-    """hydra.run.dir: the run dir to continue (resume=DIR holding a checkpoint), else `new`."""
-    if resume and (Path(resume).expanduser() / CHECKPOINT).is_file():
-        return str(Path(resume).expanduser().resolve())
-    return new
-
-
-def config_subdir(output_dir: str) -> str | None:
-    """hydra.output_subdir: .hydra, or none in a dir that holds a checkpoint (a resumed or
-    requeued run, or one that will be refused): a run dir's own config is never overwritten."""
-    return None if (Path(output_dir) / CHECKPOINT).is_file() else ".hydra"
-
-
-def options(group: str) -> str:
-    """The options of a config group, for --help: the names of conf/<group>/*.yaml."""
-    return "|".join(sorted(p.stem for p in (REPO_ROOT / "conf" / group).glob("*.yaml")))
+def _holds_checkpoint(path: str | None) -> bool:
+    return bool(path) and (Path(path).expanduser() / CHECKPOINT).is_file()
 
 
 def register() -> None:
-    """Store the schema and the resolvers (once per process)."""
+    """Store the schema and the resolvers conf/config.yaml uses (once per process)."""
     ConfigStore.instance().store(name="base_config", node=Config)
-    resolvers = {"repo_root": lambda: str(REPO_ROOT), "run_dir": run_dir, "options": options,
-                 "config_subdir": config_subdir,
-                 # Job dir names as typed: without Hydra's escapes (my_ops\:relu).
-                 "unescaped": lambda name: re.sub(r"\\(.)", r"\1", name)}
+    resolvers = {
+        "repo_root": lambda: str(REPO_ROOT),
+        # hydra.run.dir: resume=DIR runs in DIR (if it holds a checkpoint), else a new dir
+        "run_dir": lambda resume, new: str(Path(resume).expanduser().resolve())
+        if _holds_checkpoint(resume) else new,
+        # hydra.output_subdir: none in a dir that holds a checkpoint (a resumed or requeued
+        # run, or one to refuse): a run dir's own config is never overwritten
+        "config_subdir": lambda out: None if _holds_checkpoint(out) else ".hydra",
+        # --help's choices: the names of conf/<group>/*.yaml
+        "options": lambda group: "|".join(
+            sorted(p.stem for p in (REPO_ROOT / "conf" / group).glob("*.yaml"))),
+        # job dir names as typed, without Hydra's escapes (my_ops\:relu)
+        "unescaped": lambda name: re.sub(r"\\(.)", r"\1", name)}
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

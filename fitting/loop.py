@@ -1,5 +1,5 @@
 """The training steps, in nanoGPT's order: evaluate when due, batch, closure (zero_grad, forward,
-loss, backward, finiteness check), optimizer.step(closure), record, log, checkpoint, stop. And
+loss, backward, finiteness check), optimizer.step(closure), record, log, checkpoint, stop; and
 what stops a run between two steps: a signal, a sweep's parent gone, a non-finite step."""
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class Stopped(Exception):
-    """A run that ended before its last step, checkpoint written: train.py prints the message
-    (no traceback) and exits with `code`."""
+    """A run that ended early, checkpoint written: train.py prints it and exits with `code`."""
 
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
@@ -48,12 +47,10 @@ class SecondSignal(Exception):
 
 @dataclass
 class State:
-    """Where a run stands after `step` steps; a checkpoint saves it. `loss` stays a tensor on
-    steps that do not log (no device sync) until `settle`."""
+    """Where a run stands after `step` steps; `loss` stays a tensor (no sync) until logged."""
 
     step: int = 0
     loss: Any = math.nan  # the last step's loss, at the parameters it started from
-    prev_loss: Any = math.nan
     quiet: int = 0  # steps in a row that changed the loss by <= stop.rtol
     converged: bool = False
     val_loss: float | None = None
@@ -61,45 +58,41 @@ class State:
     saved_bytes: int = 0  # bytes the forward saved for backward (last logged step)
 
     def record(self, loss: Tensor, seconds: float, read: bool, rtol: float, patience: int) -> None:
-        """One more step done with `loss`; `read` it off the device (a logged step, or the stop
-        rule: converged once `patience` steps in a row changed the loss by <= rtol·|loss|)."""
-        self.prev_loss, self.loss = self.loss, loss.item() if read or patience else loss
-        self.step, self.train_s = self.step + 1, self.train_s + seconds
+        """One more step done; the stop rule: `patience` steps in a row within rtol·|loss|."""
+        new = loss.item() if read or patience else loss
         if patience:
-            calm = abs(self.loss - self.prev_loss) <= rtol * abs(self.loss)
-            self.quiet = self.quiet + 1 if calm else 0
+            self.quiet = self.quiet + 1 if abs(new - self.loss) <= rtol * abs(new) else 0
             self.converged = self.quiet >= patience
+        self.loss, self.step, self.train_s = new, self.step + 1, self.train_s + seconds
 
     def settle(self) -> dict[str, Any]:
         """The state as plain numbers (reads a pending loss off the device)."""
-        self.loss, self.prev_loss = float(self.loss), float(self.prev_loss)
+        self.loss = float(self.loss)
         return asdict(self)
 
 
 class Closure:
-    """The loss on one batch and its gradients, as optimizer.step(closure) evaluates it. Its
-    first evaluation, at the step's start, records the loss (and with `count` the bytes saved
-    for backward) and raises NonFinite before any update."""
+    """Loss and gradients on one batch; its first evaluation records the loss (with `count`,
+    the bytes saved for backward) and raises NonFinite before any update."""
 
     def __init__(self, task: Any, forward: Callable, batch: Any, optimizer: Any,
                  count: bool = False) -> None:
         self.task, self.forward, self.batch, self.optimizer = task, forward, batch, optimizer
-        self.reduction, self.count, self.evals = task.reduction, count, 0
+        self.reduction, self.count, self.evals, self.saved_bytes = task.reduction, count, 0, 0
         self.loss: Tensor | None = None
         self.grad_norm: Tensor | None = None
-        self.saved_bytes = 0
 
     def residuals(self, params: dict[str, Tensor] | None = None) -> Tensor:
         """prediction − target on the batch, with graph; `params` replace the model's own."""
-        model = (self.forward if params is None
-                 else partial(functional_call, self.task.model, params))
+        model = self.forward if params is None else partial(functional_call, self.task.model,
+                                                              params)
         first, self.evals = self.evals == 0, self.evals + 1
         with saved_tensor_bytes() if first and self.count else nullcontext() as saved:
             r = self.task.residuals(model, self.batch)
         if first:
-            self.saved_bytes = saved.bytes if saved is not None else 0
+            self.saved_bytes = 0 if saved is None else saved.bytes
             self.loss = self.reduce(r.detach())
-            if not torch.isfinite(self.loss):  # the one sync each step: before the update
+            if not torch.isfinite(self.loss):  # a sync each step: it must precede the update
                 raise NonFinite(f"loss ({self.loss.item()})")
         return r
 
@@ -123,10 +116,8 @@ class Closure:
 
 
 class Signals:
-    """Inside the block SIGINT, SIGTERM, SIGHUP and SIGUSR2 (SLURM's and submitit's warning)
-    only set `signum`: the run stops after its step and checkpoints. A second one raises
-    SecondSignal at once. `parent`: a pid whose exit (a joblib sweep's parent) stops the run as
-    SIGHUP does."""
+    """SIGINT/TERM/HUP/USR2 (SLURM's warning) set `signum`: stop after the step; a second raises
+    SecondSignal. `parent` (a joblib sweep's) gone stops the run as SIGHUP does."""
 
     CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
 
@@ -163,18 +154,18 @@ class Signals:
 
 def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], None],
           state: State, signals: Signals, forward: Callable, prof: Any, times: list[float]) -> None:
-    """Run steps state.step .. cfg.steps − 1 (their times in ms into `times`, sorted); return
-    early once converged or stopping. NonFinite (the step not applied) at a non-finite step."""
+    """Steps state.step .. cfg.steps − 1 (ms into `times`, sorted) until converged or stopped."""
     named, steps, every = list(task.model.named_parameters()), cfg.steps, cfg.log
     dtype, device = named[0][1].dtype, named[0][1].device
     rtol = 4 * torch.finfo(dtype).eps if cfg.stop.rtol is None else cfg.stop.rtol
-    next_peak = 5 if cfg.profile else 1  # the profiler's steps first: one profiler at a time
+    next_peak = 5 if cfg.profile else 1  # after the profiler's steps: one profiler at a time
     task.model.train()
     with Progress(steps, state.step) as progress:
         for step in range(state.step, steps):
             t0 = time.perf_counter()
             logged = step % every.every == 0 or step == steps - 1
-            evaluate(cfg, task, tb, state, step)
+            evaluate(task, tb, state, step, every.val_every and step % every.val_every == 0,
+                     step and every.figure_every and step % every.figure_every == 0)
             closure = Closure(task, forward, task.batch(step), optimizer, count=logged)
             sample = bool(every.memory_every) and logged and step >= next_peak
             t_step = time.perf_counter()
@@ -198,38 +189,30 @@ def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], No
             if every.console_every and state.step % every.console_every == 0:
                 log.info("step %d  loss %.6g", step, float(state.loss))
             if state.converged or signals.stopping() or state.step == steps:
-                return
+                return  # the caller saves the end
             if cfg.ckpt.every and state.step % cfg.ckpt.every == 0:
                 save("running")
 
 
-def evaluate(cfg: Any, task: Any, tb: Any, state: State, step: int) -> None:
-    """The validation loss and the figure of the fit, when due at `step` (before its update)."""
-    if cfg.log.val_every and step % cfg.log.val_every == 0:
-        val = task.validate(task.model)
-        if val is not None:
-            state.val_loss = val
-            tb.scalars(step, {"loss/val": val})
-    if step and cfg.log.figure_every and step % cfg.log.figure_every == 0:
-        figure(tb, task, step)
-
-
-def figure(tb: Any, task: Any, step: int) -> Any:
-    """The task's figure of the fit at `step`, saved as fit_step<step>.png and logged."""
-    path = tb.log_dir / f"fit_step{step:06d}.png"
-    tb.figure("plots/fit", task.figure(task.model, step), step, path)
-    return path
+def evaluate(task: Any, tb: Any, state: State, step: int, val: bool, fig: bool) -> Any:
+    """The validation loss (`val`) and the figure of the fit (`fig`, its path) at `step`."""
+    if val and (loss := task.validate(task.model)) is not None:
+        state.val_loss = loss
+        tb.scalars(step, {"loss/val": loss})
+    if fig:
+        path = tb.log_dir / f"fit_step{step:06d}.png"
+        tb.figure("plots/fit", task.figure(task.model, step), step, path)
+        return path
+    return None
 
 
 def scalars(closure: Closure, optimizer: Any, named: list, ms: float, median: float,
             state: State) -> dict[str, float]:
     """A logged step's scalars: loss, time, memory, the optimizer's own, the norms."""
-    values = {"loss/train": state.loss, "optim/evals": closure.evals,
-              "memory/saved_bytes": closure.saved_bytes, "memory/peak_rss_bytes": peak_rss_bytes(),
-              "time/step_ms": ms, "time/step_ms_median": median,
-              "time/train_s": state.train_s}
+    values = {"loss/train": state.loss, "optim/evals": closure.evals, "time/step_ms": ms,
+              "time/step_ms_median": median, "time/train_s": state.train_s,
+              "memory/saved_bytes": closure.saved_bytes, "memory/peak_rss_bytes": peak_rss_bytes()}
     if closure.grad_norm is not None:
         values["optim/grad_norm"] = closure.grad_norm.item()
     values.update({f"optim/{k}": v for k, v in getattr(optimizer, "last_stats", {}).items()})
-    values.update(norms(named))
-    return values
+    return values | norms(named)

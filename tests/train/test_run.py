@@ -3,8 +3,10 @@ optimizers that reach the optimum, a user's op, a run that diverges, and the clo
 
 import logging
 import math
+import os
 import re
 import signal
+from types import SimpleNamespace
 
 import pytest
 
@@ -103,7 +105,11 @@ def test_ctrl_c_after_the_last_step_lets_the_run_end(tmp_path, monkeypatch, capl
 
 
 def test_a_sweep_parent_gone_stops_a_joblib_job_with_its_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setattr("fitting.run._joblib_parent", lambda: -1)  # never this process's parent
+    worker = SimpleNamespace(launcher={"_target_": "hydra_plugins.JoblibLauncher"},
+                             mode=SimpleNamespace(name="MULTIRUN"))
+    monkeypatch.setattr("fitting.run._hydra", lambda: worker)
+    parents = iter([4242])  # the parent at the start; then the worker is orphaned (init's)
+    monkeypatch.setattr(os, "getppid", lambda: next(parents, 1))
     with pytest.raises(Stopped) as stop:
         go(tmp_path / "run", "steps=50")
     assert stop.value.code == 128 + signal.SIGHUP
