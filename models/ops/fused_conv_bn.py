@@ -56,9 +56,10 @@ class FusedConvBN2dFunction(torch.autograd.Function):
         # The sliced, in-place pieces cannot serve double backward (not differentiable) or
         # the half precisions (aten computes those in float).
         sliced = not torch.is_grad_enabled() and x.dtype in (torch.float32, torch.float64)
-        y = conv_in_slices(x, weight, ctx.conv) if sliced else torch.convolution(
-            x, weight, None, *ctx.conv
-        )
+        if sliced:
+            y = conv_in_slices(x, weight, ctx.conv)
+        else:
+            y = torch.convolution(x, weight, None, *ctx.conv)
         # aten's batch-norm backward reads grad_out as if in y's memory format.
         fmt = torch.contiguous_format if y.is_contiguous() else torch.channels_last
         grad_out = grad_out.contiguous(memory_format=fmt)
@@ -75,8 +76,8 @@ class FusedConvBN2dFunction(torch.autograd.Function):
         grad_x = grad_w = None
         if need_x or need_w:
             grad_x, grad_w = conv_backward_in_slices(grad_y, x, weight, ctx.conv, need_x, need_w)
-        return grad_x, grad_w, grad_g if need_g else None, grad_b if need_b else None, \
-            *(None,) * 5
+        grad_g, grad_b = (grad_g if need_g else None), (grad_b if need_b else None)
+        return grad_x, grad_w, grad_g, grad_b, *(None,) * 5
 
 
 _apply = compilable(FusedConvBN2dFunction)
