@@ -212,7 +212,7 @@ def judge_training(fn: Callable, ref: Callable, samples: list[Sample], names: li
         want, got = run_op(ref, parts), run_op(fn, parts)
         if n == 0 and (len(want) == 2 or got[0] == "calling it"):
             who, err = ("the reference", want) if len(want) == 2 else ("it", got)
-            raise CannotRun(f"calling {who} on {label} raised {line(err[1])}")
+            raise CannotRun(f"calling {who} on {label}: {line(err[1])}")
         if len(want) == 2:
             same = len(got) == 2 and got[0] == want[0]
             found.append(("same as the reference" if same else "note",

@@ -32,14 +32,15 @@ class MyReLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
-        # where, not grad * mask: a NaN or inf gradient where x <= 0 gives 0 as in F.relu.
-        # Built from torch ops, so autograd can differentiate it again (double backward).
-        return torch.where(out > 0, grad, 0)
+        # where, not grad * mask: a NaN or inf gradient where x <= 0 gives 0, and at x = NaN
+        # the gradient passes, as in F.relu. Built from torch ops, so autograd can
+        # differentiate it again (double backward).
+        return torch.where(out <= 0, 0, grad)
 
     @staticmethod
     def jvp(ctx, x_tangent):
         (out,) = ctx.saved_tensors
-        return torch.where(out > 0, x_tangent, 0)
+        return torch.where(out <= 0, 0, x_tangent)
 
 
 class _MyReLUNoJvp(MyReLU):

@@ -91,7 +91,7 @@ def _setup(args):
     else:
         samples, ours = ops.slot_samples(args.slot, dtype, device), ops.SLOTS[args.slot][0]
         title = f"ops.{args.slot}={ops.describe_op(spec)}"
-    fn = ops.resolve_op(args.slot, spec)
+    fn = ops.resolve_op(args.slot, spec, key=title)
     ref = ops.resolve_op(args.slot, ref_spec, key=f"--ref {ops.describe_op(ref_spec)}")
     names = verdict.param_names(fn, ref, *([ours] if ours else []))
     twin = f" ({TWINS.get(args.slot, '')})" if ref_spec == "builtin" else ""
@@ -105,7 +105,7 @@ def card(fn, ref, samples: list[verdict.Sample], names: list[str], tol, backend:
     training = verdict.judge_training(fn, ref, samples, names, tol)
     training.append(rows.gradcheck(fn, ref, samples[0], names))
     first_wrong = any(s == "wrong" for s, _ in training)
-    second = [("not judged", "its first-order gradients are wrong (see training)")] if first_wrong \
+    second = [("not judged", "while first order (training) is wrong")] if first_wrong \
         else verdict.judge_derivatives("second_order", fn, ref, samples[0], names, tol)
     return {
         "training": training, "second order": second,

@@ -21,7 +21,7 @@ def row(text: str, use: str) -> str:
 
 
 def test_an_ste_against_its_reference_is_the_same_as_the_reference(capsys):
-    code, out = card(capsys, "any", U + "RoundSTE", "--ref", U + "round_ste_reference",
+    code, out = card(capsys, "any", EX + "ste:RoundSTE", "--ref", EX + "ste:round_ste_reference",
                      "--shape", "4,8")
     assert code == 0, out
     assert "same as the reference: gradcheck fails for the reference too" in out
@@ -138,7 +138,7 @@ def test_an_op_with_arguments_takes_hydras_syntax(capsys):
 
 @pytest.mark.parametrize(("spec", "says"), [
     (U + "exits", f"error: ops.activation={U}exits: it called sys.exit(3)"),
-    (U + "mse", "calling it on x, as the mlp calls it raised TypeError"),
+    (U + "mse", "calling it on x, as the mlp calls it: TypeError"),
     ("torch.nn.functional:leaky_relu(negative_slope=0.1)", "not a SPEC in Hydra's override"),
     ("no_such_module:fn", "no_such_module: ModuleNotFoundError"),
 ])

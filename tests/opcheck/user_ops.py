@@ -4,23 +4,6 @@ import torch
 from torch.autograd.function import once_differentiable
 
 
-class RoundSTE(torch.autograd.Function):
-    """Rounding with a straight-through gradient (as LSQ and PACT quantizers do)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.round()
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
-def round_ste_reference(x):
-    """The same estimator in the usual torch idiom: round forward, identity backward."""
-    return x + (x.round() - x).detach()
-
-
 def where_relu(x):
     """The textbook ReLU: 0 at NaN (torch.relu keeps NaN)."""
     return torch.where(x > 0, x, 0)
