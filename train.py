@@ -34,8 +34,8 @@ def main(cfg: DictConfig) -> float:
     try:
         return run(cfg, HydraConfig.get().runtime.output_dir)
     except (ConfigError, Stopped) as err:
-        code = getattr(err, "code", 2)
-        print(("config error: " if code == 2 else "") + str(err), file=sys.stderr, flush=True)
+        message, code = err.args if isinstance(err, Stopped) else (f"config error: {err}", 2)
+        print(message, file=sys.stderr, flush=True)
         # A signal stops a whole sweep; a job's config error or divergence fails that job
         # alone: the others run and the sweep's end names it as not completed.
         if not (SWEEP or HydraConfig.get().mode.name == "MULTIRUN") or code >= 128:

@@ -1,6 +1,5 @@
-"""checkpoint.pt and the run dir: an atomic save, a load that runs no code (zip CRCs checked,
-weights_only), the one config check, the run-dir lock, and the config a resume continues with.
-Nothing read from a run dir is executed: its config is data, compared, never instantiated."""
+"""checkpoint.pt and the run dir: atomic save, a load that runs no code (zip CRCs, weights_only),
+one config check, the lock, resume's config. A run dir's config is data: compared, never run."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fitting.config import CHECKPOINT, REPO_ROOT, ConfigError
 
-LOCK = "run.lock"
-FORMAT = 3  # bump when the payload changes: an older checkpoint is refused in one line
+LOCK, FORMAT = "run.lock", 3  # bump FORMAT when the payload changes: old ones are refused
 KEPT = ("steps", "log", "ckpt", "threads", "on_nonfinite", "profile")  # a resume may change
 
 
@@ -46,13 +44,7 @@ class Checkpoint:
                    else []}
         buffer = io.BytesIO()  # serialized first: a full disk is then an OSError naming the file
         torch.save(payload, buffer)
-        tmp = self.path.with_name(CHECKPOINT + ".tmp")
-        try:
-            tmp.write_bytes(buffer.getbuffer())
-            os.replace(tmp, self.path)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # no torn file left, and its space back
-            raise
+        write_atomic(self.path, buffer.getvalue())
         self.saved = loop["step"]
 
     def last(self) -> str:
@@ -63,6 +55,17 @@ class Checkpoint:
                 f"with: {resume_command(self.path.parent)}")
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all (a kill or a full disk leaves the old file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # no torn file left, and its space back
+        raise
+
+
 def resume_command(run_dir: Path) -> str:
     """python train.py resume=DIR, quoted for Hydra and the shell where DIR is a sweep job's."""
     if re.fullmatch(r"[\w/.+-]+", str(run_dir)):
@@ -70,8 +73,9 @@ def resume_command(run_dir: Path) -> str:
     return 'python train.py "resume=' + repr(str(run_dir)).replace('"', '\\"') + '"'
 
 
-def existing(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
-    """The checkpoint this run continues (resume=, or a requeued job: same config), or None."""
+def restored(run_dir: Path, cfg: DictConfig, task: Any, optimizer: Any) -> dict[str, Any] | None:
+    """The loop state of the checkpoint this run continues (resume=, or a requeued job: the same
+    config), model, optimizer and RNGs put back (batches replay by step); None: a fresh start."""
     path = run_dir / CHECKPOINT
     if not path.is_file():
         return None
@@ -98,11 +102,6 @@ def existing(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
         how = status if status in ("diverged", "converged") else \
             f"did {step} of {cfg.steps} steps; a larger steps= extends it"
         raise ConfigError(f"{run_dir} holds a finished run (it {how}): nothing to resume")
-    return payload
-
-
-def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> dict[str, Any]:
-    """Model, optimizer and RNGs back as saved (batches replay by step); the loop's state."""
     try:
         task.model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
@@ -117,7 +116,7 @@ def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> dict[str, Any
 
 def plain(cfg: DictConfig) -> dict[str, Any]:
     """The config as plain resolved data, as a checkpoint stores it (`resume` left out)."""
-    return {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "resume": None}
+    return {**OmegaConf.to_container(cfg, resolve=True), "resume": None}
 
 
 def difference(theirs: dict, ours: dict, skip: tuple[str, ...],
@@ -197,7 +196,7 @@ def resume_config(resume: str, run_dir: Path, given: list[str]) -> DictConfig:
         raise ConfigError(f"resume={resume}: its overrides no longer compose ({short(err)})") \
             from None
     diff = difference(_read(where / ".hydra" / "config.yaml", dict),
-                      OmegaConf.to_container(cfg, enum_to_str=True), KEPT,
+                      OmegaConf.to_container(cfg), KEPT,
                       ("in .hydra/config.yaml", "as its overrides compose now"))
     if diff:
         raise ConfigError(f"resume={resume}: .hydra/config.yaml is not what its overrides.yaml "

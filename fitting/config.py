@@ -1,12 +1,10 @@
-"""The run-level config: its typed keys and defaults (registered in Hydra's ConfigStore as
-`base_config`), their range checks, and the resolvers conf/config.yaml uses. A task's and an
-optimizer's own keys are their classes' arguments (conf/task, conf/optimizer)."""
+"""The run-level keys, typed, with their defaults (ConfigStore's `base_config`), their range
+checks and conf/config.yaml's resolvers. A task's and an optimizer's keys are their classes'."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +20,12 @@ class ConfigError(ValueError):
     """A config the app refuses: train.py prints `config error: <message>` and exits 2."""
 
 
-class Choice(str, Enum):
-    def __str__(self) -> str:  # the value: `${impl}` in ops.* and messages read `custom`
-        return self.value
-
-
-Impl = Choice("Impl", [(v, v) for v in ("custom", "builtin")])
-Device = Choice("Device", [(v, v) for v in ("auto", "cpu", "cuda")])
-DType = Choice("DType", [(v, v) for v in ("float32", "float64")])
-OnNonFinite = Choice("OnNonFinite", [(v, v) for v in ("stop", "raise")])
+CHOICES = {"impl": ("custom", "builtin"), "device": ("auto", "cpu", "cuda"),
+           "dtype": ("float32", "float64"), "on_nonfinite": ("stop", "raise")}
 
 
 @dataclass
-class Ops:
-    """The function each op slot runs; each follows `impl` unless given."""
-
+class Ops:  # the function each op slot runs; each follows `impl` unless given
     linear: Any = "${impl}"
     activation: Any = "${impl}"
     conv_bn: Any = "${impl}"
@@ -50,9 +39,7 @@ class Log:
     figure_every: int = 1000  # the figure of the fit; one is always made at the end
     val_every: int = 100  # loss/val, for tasks with a validation set
     console_every: int = 0  # a "step N loss X" line every N steps (0: the progress lines only)
-    # memory/peak_bytes, a step's tensor peak, every N steps (0: off): it runs the step under
-    # the profiler, which costs milliseconds.
-    memory_every: int = 0
+    memory_every: int = 0  # memory/peak_bytes, a step's tensor peak (0: off; costs ms a step)
 
 
 @dataclass
@@ -70,22 +57,20 @@ class Stop:
 class Config:
     task: Any = MISSING  # {_target_: fitting.tasks.<Task>, ...} from conf/task
     optimizer: Any = MISSING  # {_target_: ..., _partial_: true, ...} from conf/optimizer
-    impl: Impl = Impl.custom
+    impl: str = "custom"  # the default of every op slot: custom (ours) or builtin (the twin)
     ops: Ops = field(default_factory=Ops)
     steps: int = 2000
     seed: int = 0
-    device: Device = Device.auto
-    dtype: DType = DType.float32
-    # CPU threads (0: torch's default, one per core). One: on a busy 2-core machine two threads
-    # made the cnn step ~25x slower.
-    threads: int = 1
+    device: str = "auto"  # auto: cuda if available
+    dtype: str = "float32"
+    threads: int = 1  # 0: torch's default; 2 made the cnn step ~25x slower on a busy 2-core box
     compile: bool = False  # the model's forward under torch.compile
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA; CPU already is)
     profile: bool = False  # a torch.profiler trace of a few steps in the run dir
     log: Log = field(default_factory=Log)
     ckpt: Ckpt = field(default_factory=Ckpt)
     stop: Stop = field(default_factory=Stop)
-    on_nonfinite: OnNonFinite = OnNonFinite.stop  # stop: checkpoint, one line, exit 1
+    on_nonfinite: str = "stop"  # stop: checkpoint, one line, exit 1; raise: also a traceback
     resume: str | None = None  # a run dir to continue from its checkpoint.pt, in that dir
 
 
@@ -97,6 +82,9 @@ def check(cfg: Any) -> None:
     except ConfigKeyError as err:
         raise ConfigError(f"unknown key {err.full_key} (added with +?); python train.py --help "
                           "lists the keys") from None
+    for key, allowed in CHOICES.items():
+        if cfg[key] not in allowed:
+            raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {cfg[key]!r}")
     least = {"steps": 1, "threads": 0, "log.every": 1, "ckpt.every": 0, "stop.patience": 0,
              **{f"log.{k}_every": 0 for k in ("hist", "figure", "val", "console", "memory")}}
     for key, low in least.items():

@@ -1,6 +1,5 @@
-"""The training steps, in nanoGPT's order: evaluate when due, batch, closure (zero_grad, forward,
-loss, backward, finiteness check), optimizer.step(closure), record, log, checkpoint, stop; and
-what stops a run between two steps: a signal, a sweep's parent gone, a non-finite step."""
+"""The steps in nanoGPT's order (evaluate, batch, closure, optimizer.step, record, log, stop,
+checkpoint), and what stops a run: a signal, a joblib sweep's parent gone, a non-finite step."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -30,11 +29,7 @@ log = logging.getLogger(__name__)
 
 
 class Stopped(Exception):
-    """A run that ended early, checkpoint written: train.py prints it and exits with `code`."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
+    """Stopped(message, exit code): a run that ended early, its checkpoint written."""
 
 
 class NonFinite(Exception):
@@ -65,11 +60,6 @@ class State:
             self.converged = self.quiet >= patience
         self.loss, self.step, self.train_s = new, self.step + 1, self.train_s + seconds
 
-    def settle(self) -> dict[str, Any]:
-        """The state as plain numbers (reads a pending loss off the device)."""
-        self.loss = float(self.loss)
-        return asdict(self)
-
 
 class Closure:
     """Loss and gradients on one batch; its first evaluation records the loss (with `count`,
@@ -79,8 +69,7 @@ class Closure:
                  count: bool = False) -> None:
         self.task, self.forward, self.batch, self.optimizer = task, forward, batch, optimizer
         self.reduction, self.count, self.evals, self.saved_bytes = task.reduction, count, 0, 0
-        self.loss: Tensor | None = None
-        self.grad_norm: Tensor | None = None
+        self.loss = self.grad_norm = None  # tensors, set by the first evaluation
 
     def residuals(self, params: dict[str, Tensor] | None = None) -> Tensor:
         """prediction − target on the batch, with graph; `params` replace the model's own."""
@@ -107,9 +96,8 @@ class Closure:
         loss = self.reduce(self.residuals())
         loss.backward()
         if first:
-            grads = [p.grad for p in self.task.model.parameters() if p.grad is not None]
-            self.grad_norm = torch.linalg.vector_norm(
-                torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            self.grad_norm = torch.nn.utils.get_total_norm(
+                [p.grad for p in self.task.model.parameters() if p.grad is not None])
             if not torch.isfinite(self.grad_norm):
                 raise NonFinite(f"gradient (loss {self.loss.item():.6g})")
         return loss
@@ -145,12 +133,6 @@ class Signals:
             self.signum = signal.SIGHUP
         return self.signum is not None
 
-    def hand_over(self) -> None:
-        """After SIGUSR2's checkpoint: call the handler it replaced (submitit's requeues)."""
-        previous = self.previous.get(signal.SIGUSR2)
-        if self.signum == signal.SIGUSR2 and callable(previous):
-            previous(signal.SIGUSR2, None)
-
 
 def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], None],
           state: State, signals: Signals, forward: Callable, prof: Any, times: list[float]) -> None:
@@ -176,7 +158,13 @@ def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], No
             state.record(closure.loss, time.perf_counter() - t0, logged, rtol, cfg.stop.patience)
             if logged:
                 state.saved_bytes = closure.saved_bytes
-                values = scalars(closure, optimizer, named, ms, times[len(times) // 2], state)
+                values = {"loss/train": state.loss, "optim/evals": closure.evals,
+                          "time/step_ms": ms, "time/step_ms_median": times[len(times) // 2],
+                          "time/train_s": state.train_s, "memory/saved_bytes": state.saved_bytes,
+                          "memory/peak_rss_bytes": peak_rss_bytes(), **norms(named)}
+                values |= {f"optim/{k}": v for k, v in getattr(optimizer, "last_stats", {}).items()}
+                if closure.grad_norm is not None:
+                    values["optim/grad_norm"] = closure.grad_norm.item()
                 if peak is not None:
                     values["memory/peak_bytes"] = peak.bytes
                     next_peak = (step // every.memory_every + 1) * every.memory_every
@@ -205,14 +193,3 @@ def evaluate(task: Any, tb: Any, state: State, step: int, val: bool, fig: bool) 
         return path
     return None
 
-
-def scalars(closure: Closure, optimizer: Any, named: list, ms: float, median: float,
-            state: State) -> dict[str, float]:
-    """A logged step's scalars: loss, time, memory, the optimizer's own, the norms."""
-    values = {"loss/train": state.loss, "optim/evals": closure.evals, "time/step_ms": ms,
-              "time/step_ms_median": median, "time/train_s": state.train_s,
-              "memory/saved_bytes": closure.saved_bytes, "memory/peak_rss_bytes": peak_rss_bytes()}
-    if closure.grad_norm is not None:
-        values["optim/grad_norm"] = closure.grad_norm.item()
-    values.update({f"optim/{k}": v for k, v in getattr(optimizer, "last_stats", {}).items()})
-    return values | norms(named)

@@ -1,17 +1,16 @@
-"""The app as a plain function, run(cfg, out_dir) -> final loss (train.py calls it; tests call it
-with a config from Hydra's compose API): check, choose the ops, build the task and optimizer,
-start or resume, train, report."""
+"""run(cfg, out_dir) -> final loss, the app as a plain function (train.py's, and the tests'):
+check, choose the ops, build task and optimizer, start or resume, train, report."""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fitting.checkpoint import LOCK, Checkpoint, existing, lock, restore, resume_config, short
+from fitting.checkpoint import LOCK, Checkpoint, lock, restored, resume_config, short, write_atomic
 from fitting.config import CHECKPOINT, ConfigError, check
 from fitting.loop import NonFinite, SecondSignal, Signals, State, Stopped, evaluate, train
 from fitting.ops import describe_op, precheck, resolve_op
@@ -38,8 +37,6 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
     out = Path(out_dir).resolve()
     try:
         if cfg.resume is not None:
-            if _hydra() and _hydra().mode.name == "MULTIRUN":
-                raise ConfigError("resume= continues one run: leave -m/--multirun out")
             given = list(_hydra().overrides.task) if overrides is None and _hydra() else overrides
             cfg = resume_config(cfg.resume, out, given or [])
         check(cfg)
@@ -87,10 +84,10 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> float:
         task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
                            _convert_="all")
         optimizer = instantiate(cfg.optimizer)(task.model.named_parameters())
-    payload = existing(out, cfg)
-    state = State() if payload is None else State(**restore(payload, task, optimizer))
-    ckpt = Checkpoint(out, cfg, task, optimizer, None if payload is None else state.step)
-    if payload is not None:
+    loop = restored(out, cfg, task, optimizer)
+    state = State(**(loop or {}))
+    ckpt = Checkpoint(out, cfg, task, optimizer, None if loop is None else state.step)
+    if loop is not None:
         log.info("resuming %s after step %d of %d (%s)", out, state.step, cfg.steps,
                  "resume=" if cfg.resume else "its own config: a restarted or requeued job")
     return _train(cfg, out, task, optimizer, state, ckpt, info, stack)
@@ -108,7 +105,8 @@ def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
 
     def save(status: str, summary: dict[str, float] | None = None) -> None:
         tb.flush()
-        ckpt.save(state.settle(), status)
+        state.loss = float(state.loss)  # a logged step's, or read off the device now
+        ckpt.save(asdict(state), status)
         if status != "running":
             _results(out, status, cfg, state, times, info, summary or {})
 
@@ -116,7 +114,9 @@ def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
         train(cfg, task, optimizer, tb, save, state, signals, forward, prof, times)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
             save("interrupted")
-            signals.hand_over()
+            previous = signals.previous.get(signal.SIGUSR2)
+            if signals.signum == signal.SIGUSR2 and callable(previous):
+                previous(signal.SIGUSR2, None)  # submitit's: it requeues the job
             raise Stopped(f"interrupted by {signal.Signals(signals.signum).name} after "
                           f"{state.step} of {cfg.steps} steps; {ckpt.last()}", 128 + signals.signum)
         fig, summary = evaluate(task, tb, state, state.step, True, True), task.summary(task.model)
@@ -138,13 +138,12 @@ def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
             _results(out, "failed", cfg, state, times, info, {})
         raise Stopped(f"could not write {os.fsdecode(err.filename or '')}: "
                       f"{err.strerror or err}; {ckpt.last()}", 74) from None
-    for line in _closing(cfg, out, task, state, times, summary, fig):
-        log.info("%s", line)
+    _closing(cfg, out, task, state, times, summary, fig)
     return state.loss
 
 
 def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[float],
-             summary: dict[str, float], fig: Path) -> list[str]:
+             summary: dict[str, float], fig: Path) -> None:
     """Model, final loss and cost, why it stopped, final numbers, figure, run dir, TensorBoard."""
     val = "" if state.val_loss is None else f", validation loss {state.val_loss:.6g}"
     saved = f", {state.saved_bytes:,} bytes saved for backward" if state.saved_bytes else ""
@@ -157,13 +156,14 @@ def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[fl
                 else f"; {gap:.3g} relative above the exact optimum {optimum:.12g}")
     lines = [f"Result: {task.describe(task.model)}",
              f"final loss {state.loss:.6g} after {state.step} steps{val} ({state.train_s:.2f} s "
-             f"of training, median step {_median(times):.3f} ms{saved})",
+             f"of training, median step {times[len(times) // 2]:.3f} ms{saved})",
              f"stopped: {why}",
              "at the end: " + ", ".join(f"{k}={v:.6g}" for k, v in summary.items()),
              f"figure: {fig}", f"run dir: {out}"]
     if not (_hydra() and _hydra().mode.name == "MULTIRUN"):  # a sweep's end prints one
         lines.append(f"view it: tensorboard --logdir {out}")
-    return lines
+    for line in lines:
+        log.info("%s", line)
 
 
 def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[float],
@@ -171,16 +171,11 @@ def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[
     """results.json, written whole: the run's end at full precision."""
     data = {"status": status, "step": state.step, "steps": cfg.steps,
             "final_loss": float(state.loss), "val_loss": state.val_loss,
-            "step_ms_median": _median(times) if times else None, "saved_bytes": state.saved_bytes,
-            "peak_rss_bytes": peak_rss_bytes(), "train_s": state.train_s,
-            **{k: info[k] for k in ("task", "optimizer", "ops")}, "summary": summary}
-    tmp = out / (RESULTS + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, out / RESULTS)
-
-
-def _median(times: list[float]) -> float:
-    return times[len(times) // 2] if times else math.nan  # the loop keeps them sorted
+            "step_ms_median": times[len(times) // 2] if times else None,  # the loop sorts them
+            "saved_bytes": state.saved_bytes, "peak_rss_bytes": peak_rss_bytes(),
+            "train_s": state.train_s, **{k: info[k] for k in ("task", "optimizer", "ops")},
+            "summary": summary}
+    write_atomic(out / RESULTS, (json.dumps(data, indent=2) + "\n").encode())
 
 
 @contextmanager

@@ -40,8 +40,8 @@ def test_a_dir_holding_a_run_resumes_it_with_its_config_and_refuses_another(tmp_
     signal_at(monkeypatch, Poly3Task, 15, signal.SIGTERM)
     with pytest.raises(Stopped) as stop:
         go(tmp_path / "run", "steps=40")
-    assert stop.value.code == 128 + signal.SIGTERM
-    assert str(stop.value).startswith("interrupted by SIGTERM after 16 of 40 steps; the last "
+    assert stop.value.args[1] == 128 + signal.SIGTERM
+    assert stop.value.args[0].startswith("interrupted by SIGTERM after 16 of 40 steps; the last "
                                       f"good checkpoint is {tmp_path / 'run' / 'checkpoint.pt'}")
     assert results(tmp_path / "run")["status"] == "interrupted"
     monkeypatch.undo()
@@ -71,7 +71,7 @@ def test_sigusr2_checkpoints_then_calls_the_handler_it_replaced(tmp_path, monkey
     finally:
         signal.signal(signal.SIGUSR2, previous)
     assert calls == [(signal.SIGUSR2, 5, "interrupted")]
-    assert stop.value.code == 128 + signal.SIGUSR2
+    assert stop.value.args[1] == 128 + signal.SIGUSR2
 
 
 @pytest.fixture(scope="module")
