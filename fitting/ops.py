@@ -21,6 +21,8 @@ from fitting.verdict import (
     judge_training,
     line,
     param_names,
+    parts_of,
+    run_op,
 )
 
 SLOTS: dict[str, tuple[Callable, Callable]] = {  # slot -> (ours, the built-in twin)
@@ -121,12 +123,24 @@ def slot_samples(slot: str, dtype: torch.dtype, device: torch.device | str) -> l
               for k, v in edges.items())]
 
 
+def computes_like(fn: Callable, ref: Callable, sample: Sample, names: list[str], tol) -> bool:
+    """Whether fn's forward gives ref's values on the sample as models call it."""
+    got, want = (run_op(f, parts_of(sample, names)) for f in (fn, ref))
+    if len(got) == 2 or len(want) == 2:  # one raised: judge it against the twin, which says so
+        return True
+    return all(g.shape == w.shape and torch.allclose(g, w, *tol, equal_nan=True)
+               for g, w in zip(got[2], want[2], strict=False))
+
+
 def precheck(slot: str, fn: Callable, *, device: torch.device | str, dtype: torch.dtype,
              needs: tuple[str, ...] = (), key: str | None = None) -> None:
     """The card's training row (and the rows `needs` names) for a user's op in its slot;
     OpChoiceError (one line) when it is wrong, cannot run, or lacks what `needs` asks."""
-    key, (ours, ref) = key or f"ops.{slot}", SLOTS[slot]
-    samples, names, tol = slot_samples(slot, dtype, device), param_names(fn, ref, ours), TOL[dtype]
+    key, (ours, twin) = key or f"ops.{slot}", SLOTS[slot]
+    samples, names, tol = slot_samples(slot, dtype, device), param_names(fn, twin, ours), TOL[dtype]
+    # An op that computes the slot's op is judged against its twin; any other op (a silu in the
+    # activation slot, say) is its own reference: it must run and differentiate as models call it.
+    ref = twin if computes_like(fn, twin, samples[0], names, tol) else fn
     try:
         rows = {"training": judge_training(fn, ref, samples, names, tol)}
         rows |= {use: judge_derivatives(use, fn, ref, samples[0], names, tol) for use in needs}

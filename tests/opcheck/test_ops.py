@@ -88,3 +88,8 @@ def test_the_precheck_runs_in_the_callers_thread_and_settings():
     caller = (threading.get_ident(), torch.get_num_threads(),
               torch.are_deterministic_algorithms_enabled())
     assert seen and set(seen) == {caller}
+
+
+@pytest.mark.parametrize("fn", [torch.nn.functional.silu, torch.nn.functional.gelu, torch.tanh])
+def test_any_activation_that_runs_and_differentiates_passes_the_precheck(fn):
+    ops.precheck("activation", fn, device="cpu", dtype=torch.float32)  # its own reference
