@@ -36,8 +36,9 @@ def main(cfg: DictConfig) -> float:
     except (ConfigError, Stopped) as err:
         message, code = err.args if isinstance(err, Stopped) else (f"config error: {err}", 2)
         print(message, file=sys.stderr, flush=True)
-        # A signal stops a whole sweep; a job's config error or divergence fails that job
-        # alone: the others run and the sweep's end names it as not completed.
+        if code >= 128 and "Joblib" in str(HydraConfig.get().launcher.get("_target_")):
+            os._exit(code)  # a joblib worker of a stopping sweep: its parent may be gone
+        # A signal stops a sweep; a job's config error or divergence fails alone, the rest run.
         if not (SWEEP or HydraConfig.get().mode.name == "MULTIRUN") or code >= 128:
             sys.exit(code)
     return float("nan")

@@ -86,12 +86,11 @@ def check(cfg: Any) -> None:
         if cfg[key] not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {cfg[key]!r}")
     least = {"steps": 1, "threads": 0, "log.every": 1, "ckpt.every": 0, "stop.patience": 0,
-             **{f"log.{k}_every": 0 for k in ("hist", "figure", "val", "console", "memory")}}
+             "stop.rtol": 0, **{f"log.{k}_every": 0 for k in ("hist", "figure", "val", "console",
+                                                               "memory")}}
     for key, low in least.items():
-        if OmegaConf.select(cfg, key) < low:
-            raise ConfigError(f"{key} must be >= {low}, got {OmegaConf.select(cfg, key)}")
-    if cfg.stop.rtol is not None and not cfg.stop.rtol >= 0:
-        raise ConfigError(f"stop.rtol must be >= 0 or null, got {cfg.stop.rtol}")
+        if (value := OmegaConf.select(cfg, key)) is not None and not value >= low:
+            raise ConfigError(f"{key} must be >= {low}, got {value}")
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed must be in [-2**63, 2**64), got {cfg.seed}")
     import torch  # here: the other checks answer before torch is imported
