@@ -42,12 +42,12 @@ def same_weights(a: Path, b: Path) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def signal_at(monkeypatch: Any, task_class: type, step: int, signum: int) -> None:
-    """Deliver `signum` to this process while the run draws the batch of `step`."""
+def signal_at(monkeypatch: Any, task_class: type, step: int, signum: int, times: int = 1) -> None:
+    """Deliver `signum` (`times` times) to this process as the run draws the batch of `step`."""
     batch = task_class.batch
 
     def batch_then_signal(self: Any, at: int) -> Any:
-        if at == step:
+        for _ in range(times if at == step else 0):
             signal.raise_signal(signum)
         return batch(self, at)
 

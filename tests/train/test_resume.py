@@ -57,6 +57,17 @@ def test_a_dir_holding_a_run_resumes_it_with_its_config_and_refuses_another(tmp_
         go(tmp_path / "run", "steps=40")
 
 
+def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(tmp_path, monkeypatch):
+    signal_at(monkeypatch, Poly3Task, 12, signal.SIGTERM, times=2)
+    with pytest.raises(Stopped) as stop:
+        go(tmp_path / "run", "steps=40", "ckpt.every=10")
+    assert stop.value.args == (
+        "stopped at once by a second SIGTERM; the last good checkpoint is "
+        f"{tmp_path / 'run' / 'checkpoint.pt'} (after step 10); resume with: python train.py "
+        f"resume={tmp_path / 'run'}", 128 + signal.SIGTERM)
+    assert not (tmp_path / "run" / "run.lock").exists()
+
+
 def test_sigusr2_checkpoints_then_calls_the_handler_it_replaced(tmp_path, monkeypatch):
     calls = []
 

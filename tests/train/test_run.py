@@ -44,8 +44,10 @@ def test_the_default_run_is_the_tutorial(tmp_path, caplog):
 
 @pytest.mark.parametrize("overrides", [("steps=100",), ("task=mlp", "steps=30"),
                                        (*SMALL_CNN, "steps=6")], ids=["poly3", "mlp", "cnn"])
-def test_builtin_ops_train_as_the_custom_ones(overrides, tmp_path):
+def test_builtin_ops_train_as_the_custom_ones(overrides, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
     custom = go(tmp_path / "custom", *overrides)
+    assert "\n".join(lines(caplog)).count("final") == 1  # mlp: one final loss, then its metrics
     builtin = go(tmp_path / "builtin", *overrides, "impl=builtin")
     assert math.isfinite(custom) and builtin == pytest.approx(custom, rel=1e-4)
     mine, twin = results(tmp_path / "custom"), results(tmp_path / "builtin")
