@@ -68,12 +68,13 @@ def test_second_order_optimizers_reach_the_optimum(optimizer, tmp_path, caplog):
 
 
 @pytest.mark.parametrize("choice, shown", [
-    ("my_ops:my_relu", "my_ops:my_relu"),
-    ("{_target_:torch.clamp,_partial_:true,min:0}", "torch.clamp(min=0)"),
+    ("my_ops:swish", "my_ops:swish"),
+    ("{_target_:torch.nn.functional.leaky_relu,_partial_:true,negative_slope:0.1}",
+     "torch.nn.functional.leaky_relu(negative_slope=0.1)"),
 ])
 def test_a_user_op_trains_in_its_slot(choice, shown, tmp_path, monkeypatch):
     (tmp_path / "my_ops.py").write_text(
-        "import torch\n\ndef my_relu(x):\n    return torch.clamp(x, min=0)\n")
+        "import torch\n\ndef swish(x):\n    return x * torch.sigmoid(x)\n")
     monkeypatch.chdir(tmp_path)  # a <module>:<name> is imported from the current dir
     loss = go(tmp_path / "run", "task=mlp", "steps=5", f"ops.activation={choice}")
     assert math.isfinite(loss)
