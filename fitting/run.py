@@ -114,11 +114,13 @@ def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
         train(cfg, task, optimizer, tb, save, state, signals, forward, prof, times)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
             save("interrupted")
+            said = (f"interrupted by {signal.Signals(signals.signum).name} after {state.step} of "
+                    f"{cfg.steps} steps; {ckpt.last()}")
             previous = signals.previous.get(signal.SIGUSR2)
             if signals.signum == signal.SIGUSR2 and callable(previous):
+                log.info("%s; handing over to submitit, which requeues the job", said)
                 previous(signal.SIGUSR2, None)  # submitit's: it requeues the job
-            raise Stopped(f"interrupted by {signal.Signals(signals.signum).name} after "
-                          f"{state.step} of {cfg.steps} steps; {ckpt.last()}", 128 + signals.signum)
+            raise Stopped(said, 128 + signals.signum)
         fig, summary = evaluate(task, tb, state, state.step, True, True), task.summary(task.model)
         tb.hparams(info["ops"], info["run"])
         save("converged" if state.converged else "completed", summary)
