@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted([*ROOT.glob("fitting/**/*.py"), *ROOT.glob("models/**/*.py"), ROOT / "train.py"])
+SOURCES = sorted([*ROOT.glob("fitting/**/*.py"), *ROOT.glob("models/**/*.py"), ROOT / "train.py",
+                  *ROOT.glob("hydra_plugins/*.py")])
 TESTS = sorted(ROOT.glob("tests/**/*.py"))
 
 # What each part must never import: the training core and the lower parts never reach up to the
@@ -23,11 +24,13 @@ FORBIDDEN = {
     "fitting/checkpoint.py": TOOLS,
     "fitting/config.py": TOOLS,
     "fitting/ops.py": (*TOOLS, *CORE),
+    "fitting/verdict.py": (*TOOLS, *CORE, "fitting.ops"),
+    "hydra_plugins/": ("fitting", "models", "torch"),
     "fitting/optim/": (*TOOLS, *CORE, "fitting.ops"),
     "fitting/tasks/": (*TOOLS, *CORE, "fitting.ops"),
     "fitting/track/": (*TOOLS, *CORE, "fitting.ops"),
 }
-# The whole source (fitting/, models/, train.py): a learner reads it in an afternoon.
+# The whole source (fitting/, models/, train.py, the SLURM launcher): a learner reads it in an afternoon.
 MAX_SOURCE_LINES = 6500
 MAX_FUNCTION_LINES = 60
 MAX_FILE_LINES = 300
