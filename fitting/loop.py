@@ -63,12 +63,13 @@ class State:
 
 class Closure:
     """Loss and gradients on one batch; its first evaluation records the loss (with `count`,
-    the bytes saved for backward) and raises NonFinite before any update."""
+    the bytes saved for backward) and, with `check`, raises NonFinite before any update."""
 
     def __init__(self, task: Any, forward: Callable, batch: Any, optimizer: Any,
-                 count: bool = False) -> None:
+                 count: bool = False, check: bool = True) -> None:
         self.task, self.forward, self.batch, self.optimizer = task, forward, batch, optimizer
         self.reduction, self.count, self.evals, self.saved_bytes = task.reduction, count, 0, 0
+        self.check = check  # finiteness read off the device: only on steps that sync anyway
         self.loss = self.grad_norm = None  # tensors, set by the first evaluation
 
     def residuals(self, params: dict[str, Tensor] | None = None) -> Tensor:
@@ -81,7 +82,7 @@ class Closure:
         if first:
             self.saved_bytes = 0 if saved is None else saved.bytes
             self.loss = self.reduce(r.detach())
-            if not torch.isfinite(self.loss):  # a sync each step: it must precede the update
+            if self.check and not torch.isfinite(self.loss):  # a sync: logged steps only
                 raise NonFinite(f"loss ({self.loss.item()})")
         return r
 
@@ -95,7 +96,7 @@ class Closure:
         self.optimizer.zero_grad()
         loss = self.reduce(self.residuals())
         loss.backward()
-        if first:
+        if first and self.check:
             self.grad_norm = torch.nn.utils.get_total_norm(
                 [p.grad for p in self.task.model.parameters() if p.grad is not None])
             if not torch.isfinite(self.grad_norm):
@@ -148,7 +149,8 @@ def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], No
             logged = step % every.every == 0 or step == steps - 1
             evaluate(task, tb, state, step, every.val_every and step % every.val_every == 0,
                      step and every.figure_every and step % every.figure_every == 0)
-            closure = Closure(task, forward, task.batch(step), optimizer, count=logged)
+            closure = Closure(task, forward, task.batch(step), optimizer, count=logged,
+                              check=logged or bool(cfg.stop.patience))
             sample = bool(every.memory_every) and logged and step >= next_peak
             t_step = time.perf_counter()
             with step_peak(device) if sample else nullcontext() as peak:

@@ -106,7 +106,11 @@ def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
     def save(status: str, summary: dict[str, float] | None = None) -> None:
         tb.flush()
         state.loss = float(state.loss)  # a logged step's, or read off the device now
-        ckpt.save(asdict(state), status)
+        # Saving reads the weights off the device anyway: only finite ones replace a checkpoint.
+        if all(bool(p.isfinite().all()) for p in task.model.parameters()):
+            ckpt.save(asdict(state), status)
+        elif status == "running":
+            raise NonFinite(f"weights after step {state.step}")
         if status != "running":
             _results(out, status, cfg, state, times, info, summary or {})
 
@@ -125,10 +129,9 @@ def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
         tb.hparams(info["ops"], info["run"])
         save("converged" if state.converged else "completed", summary)
     except NonFinite as err:
-        save("diverged")
-        last = f"last loss {state.loss:.6g}" if state.step else "the first step"
-        message = (f"non-finite {err} at step {state.step} ({last}); stopped before its "
-                   f"update, try a smaller optimizer.lr; {ckpt.last()}")
+        save("diverged")  # found on a logged step: the weights may be non-finite already
+        message = (f"non-finite {err} at step {state.step} (checked on logged steps, "
+                   f"log.every={cfg.log.every}); try a smaller optimizer.lr; {ckpt.last()}")
         if cfg.on_nonfinite == "raise":
             raise FloatingPointError(message) from err
         raise Stopped(message, 1) from None

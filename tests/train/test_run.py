@@ -82,15 +82,23 @@ def test_a_user_op_trains_in_its_slot(choice, shown, tmp_path, monkeypatch):
 
 
 def test_a_diverging_run_stops_before_the_bad_update(tmp_path):
-    with pytest.raises(Stopped) as stop:
-        go(tmp_path / "run", "optimizer.lr=1", "steps=50")
+    with pytest.raises(Stopped) as stop:  # every step logged: every step checked
+        go(tmp_path / "run", "optimizer.lr=1", "steps=50", "log.every=1")
     step = results(tmp_path / "run")["step"]
     assert stop.value.args[1] == 1
     assert re.match(rf"non-finite (loss|gradient) \(.*\) at step {step} ", stop.value.args[0])
     assert "the last good checkpoint is" in stop.value.args[0]
     assert (saved(tmp_path / "run")["status"], saved(tmp_path / "run")["step"]) == ("diverged", step)
-    with pytest.raises(FloatingPointError):
-        go(tmp_path / "raise", "optimizer.lr=1", "steps=50", "on_nonfinite=raise")
+
+
+def test_divergence_is_found_on_a_logged_step_and_never_replaces_a_good_checkpoint(tmp_path):
+    with pytest.raises(Stopped) as stop:  # diverges near step 90; no device sync between checks
+        go(tmp_path / "run", "optimizer.lr=3e-5", "steps=100", "log.every=20", "ckpt.every=7")
+    found, kept = results(tmp_path / "run"), saved(tmp_path / "run")
+    assert found["status"] == "diverged"
+    assert found["step"] % 20 == 0 or found["step"] % 7 == 0  # a logged or a checkpoint step
+    assert kept["step"] < found["step"] and f"(after step {kept['step']})" in stop.value.args[0]
+    assert all(t.isfinite().all() for t in kept["model"].values())
 
 
 def test_ctrl_c_after_the_last_step_lets_the_run_end(tmp_path, monkeypatch, caplog):
