@@ -34,12 +34,12 @@ class SweepSummary(Callback):
         said = r.write_differences(runs, sweep_dir)
         if said:
             print(f"mine − reference ({r.DIFF_TAG}): " + "; ".join(said))
-        write_experiment(sweep_dir, runs, r.differing(runs))
+        write_experiment(runs, r.differing(runs))
         print(f"tensorboard --logdir {r.shown(sweep_dir)}", flush=True)
 
 
-def write_experiment(sweep_dir: str, runs: list, differing: list[str]) -> None:
-    """The sweep's HParams columns in its own event file, the differing op slots first."""
+def write_experiment(runs: list, differing: list[str]) -> None:
+    """The sweep's HParams columns (the differing op slots first), in the first job's run."""
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
@@ -58,7 +58,7 @@ def write_experiment(sweep_dir: str, runs: list, differing: list[str]) -> None:
         experiment=api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics))
     value = Summary.Value(tag=metadata.EXPERIMENT_TAG, tensor=metadata.NULL_TENSOR,
                           metadata=metadata.create_summary_metadata(data))
-    if runs:
-        writer = EventFileWriter(sweep_dir)
+    if runs:  # in the first job's run: one in the sweep dir shows as an empty run named "."
+        writer = EventFileWriter(runs[0].path)
         writer.add_event(Event(wall_time=time.time(), summary=Summary(value=[value])))
         writer.close()

@@ -41,8 +41,8 @@ def test_hparams_mark_only_the_differing_op_slots_first(tmp_path, capsys):
     write_run(tmp_path / "0_a=custom")
     write_run(tmp_path / "1_a=builtin", activation="builtin")
     end_of_sweep(tmp_path, capsys)
-    (events,) = glob.glob(str(tmp_path / "events.out.tfevents.*"))
-    acc = EventAccumulator(events)
+    assert glob.glob(str(tmp_path / "events.out.tfevents.*")) == []  # no empty run "."
+    acc = EventAccumulator(str(tmp_path / "0_a=custom"))
     acc.Reload()
     content = acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.EXPERIMENT_TAG]
     experiment = metadata.parse_experiment_plugin_data(content)
