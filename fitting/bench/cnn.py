@@ -7,13 +7,14 @@ the conv output) and the twin under torch.utils.checkpoint (recomputes the whole
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from fitting.bench.report import machine, medians_ms, parser, table, write_section
+from fitting.bench import report
+from fitting.bench.report import machine, medians_ms, table
 from models.cnn import CurveCNN
 from models.ops import conv_bn_reference, fused_conv_bn2d
 
@@ -90,15 +91,9 @@ def run(device: str, quick: bool) -> str:
     return f"{machine(device)}; step ms: medians of torch.utils.benchmark\n\n{table(HEADER, rows)}"
 
 
-def main(argv: list[str] | None = None, doc=None) -> str:
+def main(argv: list[str] | None = None, doc: Path = report.DOC) -> str:
     """CLI: print the table; --write puts it in docs/benchmarks.md."""
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser("fitting.bench.cnn", __doc__).parse_args(argv)
-    text = run(args.device, args.quick)
-    print(text)
-    if args.write:
-        write_section("cnn", argv, text, *([doc] if doc else []))
-    return text
+    return report.main("cnn", __doc__, run, argv, doc)
 
 
 if __name__ == "__main__":

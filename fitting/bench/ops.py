@@ -6,13 +6,14 @@ for legendre_p3 (a chain of elementwise ops for inductor to fuse), the twin unde
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from fitting.bench.report import machine, medians_ms, parser, table, write_section
+from fitting.bench import report
+from fitting.bench.report import machine, medians_ms, table
 from models.ops import (
     conv_bn_reference,
     fused_conv_bn2d,
@@ -84,15 +85,9 @@ def run(device: str, quick: bool) -> str:
     return f"{machine(device)}; medians of torch.utils.benchmark\n\n{table(HEADER, rows)}"
 
 
-def main(argv: list[str] | None = None, doc=None) -> str:
+def main(argv: list[str] | None = None, doc: Path = report.DOC) -> str:
     """CLI: print the table; --write puts it in docs/benchmarks.md."""
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser("fitting.bench.ops", __doc__).parse_args(argv)
-    text = run(args.device, args.quick)
-    print(text)
-    if args.write:
-        write_section("ops", argv, text, *([doc] if doc else []))
-    return text
+    return report.main("ops", __doc__, run, argv, doc)
 
 
 if __name__ == "__main__":

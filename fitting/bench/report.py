@@ -7,6 +7,7 @@ import platform
 import re
 import shlex
 import statistics
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -62,3 +63,15 @@ def write_section(name: str, argv: Sequence[str], text: str, doc: Path = DOC) ->
     pattern = re.compile(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", re.S)
     new = pattern.sub(lambda _: section, old) if pattern.search(old) else f"{old}\n{section}\n"
     doc.write_text(new)
+
+
+def main(name: str, doc: str, run: Callable[[str, bool], str], argv: Sequence[str] | None = None,
+         out: Path = DOC) -> str:
+    """A benchmark's command line: print its table; --write puts it in docs/benchmarks.md."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser(f"fitting.bench.{name}", doc).parse_args(argv)
+    text = run(args.device, args.quick)
+    print(text)
+    if args.write:
+        write_section(name, argv, text, out)
+    return text
