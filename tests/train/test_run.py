@@ -67,6 +67,17 @@ def test_second_order_optimizers_reach_the_optimum(optimizer, tmp_path, caplog):
     assert " 0 bytes saved" not in said and "by 0 " not in said and "relative above" not in said
 
 
+@pytest.mark.parametrize("optimizer", ["newton", "lm"])
+def test_the_tutorials_own_legendre_function_reaches_the_optimum(optimizer, tmp_path):
+    # forward(ctx, ...) and no jvp: newton's Hessian by double backward, lm's Jacobian by the
+    # double-vjp trick, both through torch.autograd.
+    loss = go(tmp_path / "run", f"optimizer={optimizer}", "dtype=float64",
+              "ops.legendre_p3=docs.examples.tutorial_ops:LegendrePolynomial3")
+    assert loss == pytest.approx(OPTIMUM, rel=1e-13)
+    assert results(tmp_path / "run")["ops"] == {
+        "legendre_p3": "docs.examples.tutorial_ops:LegendrePolynomial3"}
+
+
 @pytest.mark.parametrize("choice, shown", [
     ("my_ops:swish", "my_ops:swish"),
     ("{_target_:torch.nn.functional.leaky_relu,_partial_:true,negative_slope:0.1}",
