@@ -1,4 +1,5 @@
-"""The two custom ops of the PyTorch tutorial "Learning PyTorch with Examples", as written there.
+"""The two custom ops of the PyTorch tutorial "Learning PyTorch with Examples", with the
+tutorial's code (forward(ctx, ...), no jvp, MyReLU's gradient 1 at x = 0).
 
 Their report cards (from the repository root):
 
@@ -10,30 +11,15 @@ import torch
 
 
 class MyReLU(torch.autograd.Function):
-    """
-    We can implement our own custom autograd Functions by subclassing
-    torch.autograd.Function and implementing the forward and backward passes
-    which operate on Tensors.
-    """
+    """max(x, 0); its backward passes the gradient wherever x >= 0 (x = 0 included)."""
 
     @staticmethod
     def forward(ctx, input):
-        """
-        In the forward pass we receive a Tensor containing the input and return
-        a Tensor containing the output. ctx is a context object that can be used
-        to stash information for backward computation. You can cache arbitrary
-        objects for use in the backward pass using the ctx.save_for_backward method.
-        """
         ctx.save_for_backward(input)
         return input.clamp(min=0)
 
     @staticmethod
     def backward(ctx, grad_output):
-        """
-        In the backward pass we receive a Tensor containing the gradient of the loss
-        with respect to the output, and we need to compute the gradient of the loss
-        with respect to the input.
-        """
         (input,) = ctx.saved_tensors
         grad_input = grad_output.clone()
         grad_input[input < 0] = 0
@@ -41,29 +27,14 @@ class MyReLU(torch.autograd.Function):
 
 
 class LegendrePolynomial3(torch.autograd.Function):
-    """
-    We can implement our own custom autograd Functions by subclassing
-    torch.autograd.Function and implementing the forward and backward passes
-    which operate on Tensors.
-    """
+    """P3(x) = (5x³ − 3x) / 2, and P3'(x) = 1.5 (5x² − 1) in backward."""
 
     @staticmethod
     def forward(ctx, input):
-        """
-        In the forward pass we receive a Tensor containing the input and return
-        a Tensor containing the output. ctx is a context object that can be used
-        to stash information for backward computation. You can cache arbitrary
-        objects for use in the backward pass using the ctx.save_for_backward method.
-        """
         ctx.save_for_backward(input)
         return 0.5 * (5 * input**3 - 3 * input)
 
     @staticmethod
     def backward(ctx, grad_output):
-        """
-        In the backward pass we receive a Tensor containing the gradient of the loss
-        with respect to the output, and we need to compute the gradient of the loss
-        with respect to the input.
-        """
         (input,) = ctx.saved_tensors
         return grad_output * 1.5 * (5 * input**2 - 1)

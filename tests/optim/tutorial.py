@@ -6,19 +6,7 @@ import math
 
 import torch
 
-
-class LegendrePolynomial3(torch.autograd.Function):
-    """The PyTorch tutorial's own op, as the tutorial writes it: forward(ctx, ...), no jvp."""
-
-    @staticmethod
-    def forward(ctx, input):
-        ctx.save_for_backward(input)
-        return 0.5 * (5 * input ** 3 - 3 * input)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        input, = ctx.saved_tensors
-        return grad_output * 1.5 * (5 * input ** 2 - 1)
+from docs.examples.tutorial_ops import LegendrePolynomial3
 
 
 def tutorial(steps: int, lr: float = 5e-6) -> dict[str, float]:
