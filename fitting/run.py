@@ -50,30 +50,20 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
 
 
 def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> float:
+    """Set up what the config names (op choices, task, optimizer, checkpoint), then train."""
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                           if cfg.device == "auto" else str(cfg.device))
-    dtype, threads = getattr(torch, str(cfg.dtype)), torch.get_num_threads()
+    dtype = getattr(torch, str(cfg.dtype))
     with _as_config_error():
         slots, opt_class = get_class(cfg.task._target_).slots, get_class(cfg.optimizer._target_)
     choices = {s: OmegaConf.to_object(c) if isinstance(c, DictConfig) else str(c)
                for s, c in ((s, cfg.ops[s]) for s in slots)}
-    task_name, opt = (cfg[k]._target_.rsplit(".", 1)[-1].lower() for k in ("task", "optimizer"))
-    info = {"task": task_name.removesuffix("task"), "optimizer": opt,
-            "ops": {s: describe_op(c) for s, c in choices.items()}}
-    info["run"] = (f"{info['task']} optimizer={opt}" + (f"(lr={cfg.optimizer.lr:g})" if "lr" in
-                   cfg.optimizer else "") + f" steps={cfg.steps} seed={cfg.seed} "
-                   f"dtype={cfg.dtype} device={device}")
+    info = _describe(cfg, choices, device)
     ops_text = " ".join(f"ops.{s}={t}" for s, t in info["ops"].items())
     log.info("task=%s %s %s", info["task"], ops_text, info["run"].split(" ", 1)[1])  # pre-import
     out.mkdir(parents=True, exist_ok=True)
     stack.enter_context(lock(out))
-    stack.callback(torch.set_num_threads, threads)
-    torch.set_num_threads(cfg.threads or threads)
-    if cfg.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what CUDA's cuBLAS needs
-        stack.callback(torch.use_deterministic_algorithms,
-                       torch.are_deterministic_algorithms_enabled())
-        torch.use_deterministic_algorithms(True)
+    _torch_settings(cfg, stack)
     with _as_config_error():
         ops = {slot: resolve_op(slot, choice) for slot, choice in choices.items()}
         for slot, choice in choices.items():
@@ -91,6 +81,27 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> float:
         log.info("resuming %s after step %d of %d (%s)", out, state.step, cfg.steps,
                  "resume=" if cfg.resume else "its own config: a restarted or requeued job")
     return _train(cfg, out, task, optimizer, state, ckpt, info, stack)
+
+
+def _describe(cfg: DictConfig, choices: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """The run in words: task, optimizer, each op's choice and the rest (`run`, one line)."""
+    task, opt = (cfg[k]._target_.rsplit(".", 1)[-1].lower() for k in ("task", "optimizer"))
+    task = task.removesuffix("task")
+    lr = f"(lr={cfg.optimizer.lr:g})" if "lr" in cfg.optimizer else ""
+    return {"task": task, "optimizer": opt, "ops": {s: describe_op(c) for s, c in choices.items()},
+            "run": f"{task} optimizer={opt}{lr} steps={cfg.steps} seed={cfg.seed} "
+                   f"dtype={cfg.dtype} device={device}"}
+
+
+def _torch_settings(cfg: DictConfig, stack: ExitStack) -> None:
+    """Threads and determinism for the run, restored when `stack` closes."""
+    stack.callback(torch.set_num_threads, torch.get_num_threads())
+    torch.set_num_threads(cfg.threads or torch.get_num_threads())
+    if cfg.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what CUDA's cuBLAS needs
+        stack.callback(torch.use_deterministic_algorithms,
+                       torch.are_deterministic_algorithms_enabled())
+        torch.use_deterministic_algorithms(True)
 
 
 def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
