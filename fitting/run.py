@@ -160,7 +160,8 @@ def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
 
 def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[float],
              summary: dict[str, float], fig: Path) -> None:
-    """Model, final loss and cost, why it stopped, final numbers, figure, run dir, TensorBoard."""
+    """Model, final loss and cost, why it stopped, final numbers, figure, run dir, TensorBoard;
+    a sweep's job: its final loss and run dir alone (the sweep's end has its table)."""
     val = "" if state.val_loss is None else f", validation loss {state.val_loss:.6g}"
     saved = f", {state.saved_bytes:,} bytes saved for backward" if state.saved_bytes else ""
     why = (f"converged after {state.step} of {cfg.steps} steps" if state.converged
@@ -170,14 +171,15 @@ def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[fl
     if gap is not None:  # poly3: the loss at the final parameters against the exact optimum
         why += (f"; at the exact optimum {optimum:.12g} within rounding" if abs(gap) < 1e-12
                 else f"; {gap:.3g} relative above the exact optimum {optimum:.12g}")
+    if _hydra() and _hydra().mode.name == "MULTIRUN":  # the sweep's end prints the rest
+        log.info("final loss %.6g after %d steps%s; run dir: %s", state.loss, state.step, val, out)
+        return
     lines = [f"Result: {task.describe(task.model)}",
              f"final loss {state.loss:.6g} after {state.step} steps{val} ({state.train_s:.2f} s "
              f"of training, median step {times[len(times) // 2]:.3f} ms{saved})",
              f"stopped: {why}",
              "at the end: " + ", ".join(f"{k}={v:.6g}" for k, v in summary.items()),
-             f"figure: {fig}", f"run dir: {out}"]
-    if not (_hydra() and _hydra().mode.name == "MULTIRUN"):  # a sweep's end prints one
-        lines.append(f"view it: tensorboard --logdir {out}")
+             f"figure: {fig}", f"run dir: {out}", f"view it: tensorboard --logdir {out}"]
     for line in lines:
         log.info("%s", line)
 
