@@ -1,5 +1,6 @@
-"""Progress of a run: steps done, rate and time left. One updating tqdm line on a terminal; on
-anything else (a log file, a SLURM job's output) a plain log line every 10 % of the steps."""
+"""Progress of a run: steps done, rate and time left. One updating tqdm line on a terminal; a
+plain log line every 10 % of the steps in the run's log file, and on anything that is not a
+terminal (a SLURM job's output)."""
 
 from __future__ import annotations
 
@@ -40,11 +41,19 @@ class Progress:
             if loss is not None:
                 self.bar.set_postfix_str(self.loss, refresh=False)
             self.bar.update(done - self.bar.n)
-        elif done * 10 >= self.tenth * self.total or done == self.total:
+        if done * 10 >= self.tenth * self.total or done == self.total:
             self.tenth = done * 10 // self.total + 1
-            log.info(tqdm.format_meter(done, self.total, time.monotonic() - self.start,
-                                       initial=self.initial, unit="step", bar_format=LINE,
-                                       postfix=self.loss))
+            line = tqdm.format_meter(done, self.total, time.monotonic() - self.start,
+                                     initial=self.initial, unit="step", bar_format=LINE,
+                                     postfix=self.loss)
+            if self.bar is None:
+                log.info(line)
+                return
+            # The terminal has the bar: the run's log files (Hydra's job log) get the line.
+            record = log.makeRecord(log.name, logging.INFO, __file__, 0, line, None, None)
+            for handler in logging.getLogger().handlers:
+                if isinstance(handler, logging.FileHandler):
+                    handler.handle(record)
 
     def close(self) -> None:
         """End the terminal line (a plain log needs no ending)."""

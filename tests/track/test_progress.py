@@ -37,15 +37,22 @@ def test_a_resumed_run_counts_from_where_it_was(caplog):
                                                    "100/100"]
 
 
-def test_one_updating_line_on_a_terminal(caplog):
-    terminal = Terminal()
-    with caplog.at_level(logging.INFO, logger="fitting.track.progress"):
-        with Progress(50, file=terminal) as progress:
-            for done in range(1, 51):
-                progress.update(done, loss=0.25)
+def test_one_updating_line_on_a_terminal_and_plain_lines_in_the_log_file(caplog, tmp_path):
+    terminal, job_log = Terminal(), logging.FileHandler(tmp_path / "train.log")
+    logging.getLogger().addHandler(job_log)  # as Hydra's job logging does
+    try:
+        with caplog.at_level(logging.INFO, logger="fitting.track.progress"):
+            with Progress(50, file=terminal) as progress:
+                for done in range(1, 51):
+                    progress.update(done, loss=0.25)
+    finally:
+        logging.getLogger().removeHandler(job_log)
+        job_log.close()
+    logged = (tmp_path / "train.log").read_text().splitlines()
+    assert len(logged) == 10 and logged[-1].startswith("50/50 steps (100%)")
     out = terminal.getvalue()
     assert out.count("\n") == 1 and out.endswith("\n")  # one line, redrawn with \r
     assert "\r" in out
     last = out.rsplit("\r", 1)[-1]
     assert "50/50" in last and "step/s" in last and "loss 0.25" in last
-    assert caplog.records == []  # no log lines beside the bar
+    assert caplog.records == []  # no console lines beside the bar
