@@ -9,9 +9,10 @@ SWEEP = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])
 
 def stopped(signum: int, frame: object) -> None:
     """A signal outside the training steps (loading, the end, a sweep waiting on its jobs)."""
+    sweep_dir = os.environ.get("FITTING_SWEEP_DIR", "its sweep dir")
     where = ("the sweep stops waiting; its local and joblib jobs checkpoint and stop, SLURM's run "
-             "on (scancel checkpoints them); see each job dir's results.json" if SWEEP else
-             "outside the training steps, nothing to checkpoint")
+             f"on (scancel checkpoints them); where each job stands: python -m fitting.compare "
+             f"{sweep_dir}" if SWEEP else "outside the training steps, nothing to checkpoint")
     print(f"stopped by {signal.Signals(signum).name}: {where}", file=sys.stderr, flush=True)
     os._exit(128 + signum)  # at once: no shutdown that waits on the sweep's workers
 

@@ -18,6 +18,10 @@ DONE = ("completed", "converged")  # results.json's statuses of a job that ran t
 class SweepSummary(Callback):
     """Once all jobs have returned: the sweep's table, difference runs and TensorBoard line."""
 
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        """Tell train.py's signal line where this sweep is (the sweep's own process only)."""
+        os.environ["FITTING_SWEEP_DIR"] = os.path.abspath(str(config.hydra.sweep.dir))
+
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         """Print the table and the TensorBoard line; name the jobs that did not complete."""
         from fitting.compare import runs as r

@@ -4,6 +4,7 @@ the difference runs, the HParams columns that differ, and one TensorBoard line."
 from __future__ import annotations
 
 import glob
+import os
 
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -59,3 +60,10 @@ def test_the_metric_columns_are_the_ones_track_logs():
 
 def test_a_sweep_without_any_run_dir_still_ends_with_its_line(tmp_path, capsys):
     assert end_of_sweep(tmp_path, capsys) == [f"tensorboard --logdir {tmp_path}"]
+
+
+def test_a_sweep_tells_train_py_where_it_is(tmp_path, monkeypatch):
+    monkeypatch.delenv("FITTING_SWEEP_DIR", raising=False)
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    callback.SweepSummary().on_multirun_start(config=config, config_name="config")
+    assert os.environ["FITTING_SWEEP_DIR"] == str(tmp_path)  # train.py's signal line names it
