@@ -36,7 +36,9 @@ def write_run(run_dir: str | bytes | os.PathLike, *, status: str | None = "compl
     tmp = os.path.join(os.path.dirname(run_dir) or ".", ".events")
     with SummaryWriter(tmp) as writer:
         values = {f"ops.{slot}": text for slot, text in ops.items()}
-        for summary in hparams({**values, "run": f"lr={lr} seed={seed}"}, {"loss/train": 0.0}):
+        # The session alone, as fitting.track writes it: the experiment is the sweep's end's.
+        _, start, end = hparams({**values, "run": f"lr={lr} seed={seed}"}, {"loss/train": 0.0})
+        for summary in (start, end):
             writer.file_writer.add_summary(summary)
         for step, loss in enumerate(losses):
             writer.add_scalar("loss/train", loss, step)
