@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from fitting.tasks.poly3 import Batch, require, residuals
+from fitting.tasks.shared import Batch, require, residuals
 from models.cnn import CurveCNN
 from models.ops import legendre_p3_reference
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from fitting.tasks.poly3 import Batch, line_figure, range_checks, require, residuals
+from fitting.tasks.shared import Batch, line_figure, range_checks, require, residuals
 from models.mlp import MLP
 
 if TYPE_CHECKING:
