@@ -11,9 +11,9 @@ import yaml
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from fitting.ops import describe_op
+from fitting.slots import SLOTS
+from fitting.slots import describe as describe_op
 
-SLOTS = ("linear", "activation", "conv_bn", "legendre_p3")
 LOSSES = 1000.0 * 0.8 ** np.arange(10) + 9.0
 
 
