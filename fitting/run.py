@@ -43,6 +43,7 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
     ckpt = Checkpoint(out)
     try:
         with RunDir(out) as rundir, ExitStack() as stack:
+            _quiet_write_faults(stack)
             if cfg.resume is not None:
                 cfg = resume_config(cfg, out, given)
             check(cfg)
@@ -58,7 +59,7 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                 optimizer = instantiate(cfg.optimizer)(task.model.named_parameters())
             payload = rundir.claim(cfg, given, HydraConfig.instance().cfg if hydra else None)
             state = State() if payload is None else restore(payload, task, optimizer)
-            ckpt.saved = None if payload is None else state.step
+            ckpt.saved = payload and state.step
             info = _describe(cfg, shown, device)
             log.info("task=%s %s %s", info["task"], " ".join(
                 f"ops.{s}={t}" for s, t in shown.items()), info["run"].split(" ", 1)[1])
@@ -121,7 +122,6 @@ def _torch_settings(cfg: DictConfig, stack: ExitStack) -> None:
 def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
            ckpt: Checkpoint, info: dict[str, Any], stack: ExitStack, new: bool) -> float:
     """Train, then end the run: checkpoint and results.json; closing lines, or Stopped."""
-    _quiet_write_faults(stack)
     tb = stack.enter_context(TensorBoard(out, purge_step=None if new else state.step))
     joblib = _hydra() and _hydra().runtime.choices.get("hydra/launcher") == "joblib"
     signals = stack.enter_context(Signals(os.getppid() if joblib else None))
