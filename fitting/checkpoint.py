@@ -11,10 +11,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fitting.config import CHECKPOINT, ConfigError
+from fitting.config import CHECKPOINT, ConfigError, short
 from fitting.files import write_atomic
 from fitting.loop import State
-from fitting.rundir import short
 
 FORMAT = 3  # bump when the payload changes: old ones are refused
 KEYS = {"format", "status", "step", "loop", "config", "model", "optimizer", "rng", "cuda_rng"}

@@ -20,6 +20,13 @@ class ConfigError(ValueError):
     """A config the app refuses: train.py prints `config error: <message>` and exits 2."""
 
 
+def short(value: Any, limit: int = 80) -> str:
+    """A value or an error as at most `limit` characters of one line."""
+    text = " ".join((str(value) if isinstance(value, BaseException) else repr(value)).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+
 CHOICES = {"impl": ("custom", "builtin"), "device": ("auto", "cpu", "cuda"),
            "dtype": ("float32", "float64"), "on_nonfinite": ("stop", "raise")}
 

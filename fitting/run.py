@@ -23,11 +23,11 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fitting.checkpoint import Checkpoint, restore
-from fitting.config import ConfigError, check
+from fitting.config import ConfigError, check, short
 from fitting.files import write_atomic
 from fitting.loop import NonFinite, Run, SecondSignal, Signals, State, Stopped, evaluate, train
 from fitting.ops import describe_op, precheck, resolve_op
-from fitting.rundir import WRITE_FAULT, RunDir, fault, resume_command, resume_config, short
+from fitting.rundir import WRITE_FAULT, RunDir, fault, resume_command, resume_config
 from fitting.track.memory import peak_rss_bytes
 from fitting.track.tensorboard import TensorBoard
 

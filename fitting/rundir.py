@@ -24,7 +24,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fitting.config import CHECKPOINT, REPO_ROOT, ConfigError
+from fitting.checkpoint import load
+from fitting.config import CHECKPOINT, REPO_ROOT, ConfigError, short
 from fitting.files import write_atomic
 
 LOCK, MADE = "run.lock", "FITTING_MADE_DIR"  # MADE: the dir this invocation made (inherited)
@@ -94,8 +95,6 @@ class RunDir:
     def claim(self, cfg: DictConfig, overrides: list[str], hydra: Any) -> dict | None:
         """Lock the dir, then decide once from its data: a new run (its .hydra/ written; None),
         this run continued (its checkpoint's payload, or None: from step 0), or ConfigError."""
-        from fitting.checkpoint import load
-
         self._lock()
         config = self.out / ".hydra" / "config.yaml"
         stored = _read(config, dict) if cfg.resume or config.exists() else None
@@ -188,12 +187,6 @@ def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(node, dict) or not node:
         return {prefix[:-1]: node}
     return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-
-
-def short(value: Any, limit: int = 80) -> str:
-    """A value or an error as at most `limit` characters of one line."""
-    text = " ".join((str(value) if isinstance(value, BaseException) else repr(value)).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _parse(override: str) -> tuple[str, Any]:
