@@ -70,10 +70,11 @@ class RunDir:
     and removes the dir only if this invocation made it and it is empty."""
 
     def __init__(self, out: Path) -> None:
-        made = Path(os.environ.get(MADE) or out.root)
+        made = os.environ.get(MADE)
         self.out, self.lock, self.new, self.owned = out, None, False, False
         missing = [d for d in (out, *out.parents) if not d.exists()]  # outside Hydra's app
-        self.top = missing[-1] if missing else made if made in (out, *out.parents) else None
+        self.top = missing[-1] if missing else Path(made) if made and Path(made) in (
+            out, *out.parents) else None
 
     def __enter__(self) -> RunDir:
         return self

@@ -25,13 +25,15 @@ def files(out):
 
 
 def test_a_config_error_removes_only_the_dirs_it_made(tmp_path, train_cli):
-    mine = tmp_path / "mine"
+    mine, empty = tmp_path / "mine", tmp_path / "empty" / "dir"
+    empty.mkdir(parents=True)
     mine.mkdir()
     (mine / "notes.log").write_text("x")
-    for out in (mine, tmp_path / "new" / "run"):
+    for out in (mine, empty, tmp_path / "new" / "run"):
         done = train_cli("steps=-1", f"hydra.run.dir={out}")
         assert (done.returncode, done.stderr) == (2, "config error: steps must be >= 1, got -1\n")
     assert files(mine) == {mine / "notes.log": b"x"} and not (tmp_path / "new").exists()
+    assert empty.is_dir()  # existed before: never removed, even empty
 
 
 def train(out, *args):
