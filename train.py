@@ -38,10 +38,13 @@ def main(cfg: DictConfig) -> float:
     except (ConfigError, Stopped) as err:
         message, code = err.args if isinstance(err, Stopped) else (f"config error: {err}", 2)
         print(message, file=sys.stderr, flush=True)
-        if code >= 128 and "Joblib" in str(HydraConfig.get().launcher.get("_target_")):
-            os._exit(code)  # a joblib worker of a stopping sweep: its parent may be gone
+        if code >= 128 and HydraConfig.get().runtime.choices.get("hydra/launcher") == "joblib":
+            # A joblib worker whose sweep stops: its run is saved; it ends as the signal's own
+            # action ends a process, or it would idle on past its sweep (loky keeps workers).
+            signal.signal(code - 128, signal.SIG_DFL)
+            signal.raise_signal(code - 128)
         # A signal stops a sweep; a job's config error or divergence fails alone, the rest run.
-        if not (SWEEP or HydraConfig.get().mode.name == "MULTIRUN") or code >= 128:
+        if HydraConfig.get().mode.name != "MULTIRUN" or code >= 128:
             sys.exit(code)
     return float("nan")
 

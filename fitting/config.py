@@ -22,6 +22,13 @@ class ConfigError(ValueError):
     """A config the app refuses: train.py prints `config error: <message>` and exits 2."""
 
 
+def short(value: Any, limit: int = 80) -> str:
+    """A value or an error as at most `limit` characters of one line."""
+    text = " ".join((str(value) if isinstance(value, BaseException) else repr(value)).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+
 CHOICES = {"impl": ("custom", "builtin"), "device": ("auto", "cpu", "cuda"),
            "dtype": ("float32", "float64"), "on_nonfinite": ("stop", "raise")}
 
@@ -97,21 +104,14 @@ def check(cfg: Any) -> None:
         raise ConfigError("device=cuda but CUDA is not available; use device=auto or cpu")
 
 
-def _holds_checkpoint(path: str | None) -> bool:
-    return bool(path) and (Path(path).expanduser() / CHECKPOINT).is_file()
-
-
 def register() -> None:
     """Store the schema and the resolvers conf/config.yaml uses (once per process)."""
     ConfigStore.instance().store(name="base_config", node=Config)
     resolvers = {
         "repo_root": lambda: str(REPO_ROOT),
-        # hydra.run.dir: resume=DIR runs in DIR (if it holds a checkpoint), else a new dir
+        # hydra.run.dir: resume=DIR runs in DIR (a dir: fitting.rundir decides), else a new dir
         "run_dir": lambda resume, new: str(Path(resume).expanduser().resolve())
-        if _holds_checkpoint(resume) else new,
-        # hydra.output_subdir: none in a dir that holds a checkpoint (a resumed or requeued
-        # run, or one to refuse): a run dir's own config is never overwritten
-        "config_subdir": lambda out: None if _holds_checkpoint(out) else ".hydra",
+        if resume and Path(resume).expanduser().is_dir() else new,
         # --help's choices: the names of conf/<group>/*.yaml
         "options": lambda group: "|".join(
             sorted(p.stem for p in (REPO_ROOT / "conf" / group).glob("*.yaml"))),

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -135,9 +135,27 @@ class Signals:
         return self.signum is not None
 
 
-def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], None],
-          state: State, signals: Signals, forward: Callable, prof: Any, times: list[float]) -> None:
-    """Steps state.step .. cfg.steps − 1 (ms into `times`, sorted) until converged or stopped."""
+@dataclass
+class Run:
+    """What the steps work on: config, task, optimizer, where the run stands, and its outputs
+    (TensorBoard, `save`: a checkpoint) and controls (signals, profiler)."""
+
+    cfg: Any
+    task: Any
+    optimizer: Any
+    state: State
+    tb: Any
+    signals: Signals
+    save: Callable[[str], None]
+    forward: Callable  # the model, or its torch.compile
+    prof: Any = None
+    times: list[float] = field(default_factory=list)  # each step's ms, sorted
+
+
+def train(run: Run) -> None:
+    """Steps state.step .. cfg.steps − 1 until converged or stopped; the last one is logged."""
+    cfg, task, optimizer, state, tb, times = (run.cfg, run.task, run.optimizer, run.state,
+                                              run.tb, run.times)
     named, steps, every = list(task.model.named_parameters()), cfg.steps, cfg.log
     dtype, device = named[0][1].dtype, named[0][1].device
     rtol = 4 * torch.finfo(dtype).eps if cfg.stop.rtol is None else cfg.stop.rtol
@@ -149,7 +167,7 @@ def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], No
             logged = step % every.every == 0 or step == steps - 1
             evaluate(task, tb, state, step, every.val_every and step % every.val_every == 0,
                      step and every.figure_every and step % every.figure_every == 0)
-            closure = Closure(task, forward, task.batch(step), optimizer, count=logged,
+            closure = Closure(task, run.forward, task.batch(step), optimizer, count=logged,
                               check=logged or bool(cfg.stop.patience))
             sample = bool(every.memory_every) and logged and step >= next_peak
             t_step = time.perf_counter()
@@ -158,8 +176,10 @@ def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], No
             ms = (time.perf_counter() - t_step) * 1e3
             bisect.insort(times, ms)
             state.record(closure.loss, time.perf_counter() - t0, logged, rtol, cfg.stop.patience)
+            last = state.converged or run.signals.stopping() or state.step == steps
             if logged:
                 state.saved_bytes = closure.saved_bytes
+            if logged or last:  # the last step, whatever stopped the run, as the console's
                 values = {"loss/train": state.loss, "optim/evals": closure.evals,
                           "time/step_ms": ms, "time/step_ms_median": times[len(times) // 2],
                           "time/train_s": state.train_s, "memory/saved_bytes": state.saved_bytes,
@@ -173,15 +193,15 @@ def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], No
                 tb.scalars(step, values)
             if every.hist_every and step % every.hist_every == 0:
                 tb.histograms(step, named)
-            if prof is not None:
-                prof.step()
+            if run.prof is not None:
+                run.prof.step()
             progress.update(state.step, state.loss if logged else None)
             if every.console_every and state.step % every.console_every == 0:
                 log.info("step %d  loss %.6g", step, float(state.loss))
-            if state.converged or signals.stopping() or state.step == steps:
+            if last:
                 return  # the caller saves the end
             if cfg.ckpt.every and state.step % cfg.ckpt.every == 0:
-                save("running")
+                run.save("running")
 
 
 def evaluate(task: Any, tb: Any, state: State, step: int, val: bool, fig: bool) -> Any:

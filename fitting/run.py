@@ -1,13 +1,15 @@
 """run(cfg, out_dir) -> final loss, the app as a plain function (train.py's, and the tests'):
-check, choose the ops, build task and optimizer, start or resume, train, report."""
+check the config, prepare the ops, build task and optimizer, claim the run dir (new, continued
+or refused: fitting.rundir), train, report. It raises ConfigError (train.py: exit 2) or
+Stopped(line, exit code): 1 diverged, 74 a write failed, 128 + n stopped by signal n."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import shutil
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import asdict
@@ -20,10 +22,12 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fitting.checkpoint import LOCK, Checkpoint, lock, restored, resume_config, short, write_atomic
-from fitting.config import CHECKPOINT, ConfigError, check
-from fitting.loop import NonFinite, SecondSignal, Signals, State, Stopped, evaluate, train
+from fitting.checkpoint import Checkpoint, restore
+from fitting.config import ConfigError, check, short
+from fitting.files import write_atomic
+from fitting.loop import NonFinite, Run, SecondSignal, Signals, State, Stopped, evaluate, train
 from fitting.precheck import precheck
+from fitting.rundir import WRITE_FAULT, RunDir, fault, resume_command, resume_config
 from fitting.slots import describe, resolve, source, uses
 from fitting.track.memory import peak_rss_bytes
 from fitting.track.tensorboard import TensorBoard
@@ -34,46 +38,40 @@ RESULTS, TRACE = "results.json", "profile.pt.trace.json"
 
 def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None) -> float:
     """Train as `cfg` says into `out_dir`; the last step's loss. `overrides`: the command line's
-    (default Hydra's). ConfigError leaves no run dir; Stopped comes after the checkpoint."""
-    out = Path(out_dir).resolve()
+    (default Hydra's). Nothing is written before the config, the ops and the dir are accepted."""
+    out, hydra = Path(out_dir).resolve(), _hydra()
+    given = list(hydra.overrides.task if overrides is None and hydra else overrides or [])
+    ckpt = Checkpoint(out)
     try:
-        if cfg.resume is not None:
-            given = list(_hydra().overrides.task) if overrides is None and _hydra() else overrides
-            cfg = resume_config(cfg.resume, out, given or [])
-        check(cfg)
-        with ExitStack() as stack:
-            return _run(cfg, out, stack)
-    except ConfigError:
-        if out.is_dir() and not (out / CHECKPOINT).exists() and all(
-                p.name in (".hydra", LOCK) or p.suffix == ".log" for p in out.iterdir()):
-            shutil.rmtree(out, ignore_errors=True)  # what Hydra made for this run, nothing else
-        raise
-
-
-def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> float:
-    """Set up what the config names (op choices, task, optimizer, checkpoint), then train."""
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
-                          if cfg.device == "auto" else str(cfg.device))
-    dtype = getattr(torch, str(cfg.dtype))
-    ops = _prepare_ops(cfg, device, dtype)
-    info = _describe(cfg, device, ops)
-    ops_text = " ".join(f"ops.{s}={t}" for s, t in info["ops"].items())
-    log.info("task=%s %s %s", info["task"], ops_text, info["run"].split(" ", 1)[1])
-    out.mkdir(parents=True, exist_ok=True)
-    stack.enter_context(lock(out))
-    _torch_settings(cfg, stack)
-    with _as_config_error():
-        torch.manual_seed(cfg.seed)  # the model's initialization; data have their own generator
-        task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
-                           _convert_="all")
-        optimizer = instantiate(cfg.optimizer)(task.model.named_parameters())
-    loop = restored(out, cfg, task, optimizer)
-    state = State(**(loop or {}))
-    ckpt = Checkpoint(out, cfg, task, optimizer, None if loop is None else state.step)
-    if loop is not None:
-        log.info("resuming %s after step %d of %d (%s)", out, state.step, cfg.steps,
-                 "resume=" if cfg.resume else "its own config: a restarted or requeued job")
-    return _train(cfg, out, task, optimizer, state, ckpt, info, stack)
+        with RunDir(out) as rundir, ExitStack() as stack:
+            _quiet_write_faults(stack)
+            if cfg.resume is not None:
+                cfg = resume_config(cfg, out, given)
+            check(cfg)
+            device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
+                                  if cfg.device == "auto" else str(cfg.device))
+            dtype = getattr(torch, str(cfg.dtype))
+            _torch_settings(cfg, stack)
+            ops = _prepare_ops(cfg, device, dtype)
+            with _as_config_error():
+                torch.manual_seed(cfg.seed)  # the model's initialization; data have their own
+                task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
+                                   _convert_="all")
+                optimizer = instantiate(cfg.optimizer)(task.model.named_parameters())
+            payload = rundir.claim(cfg, given, HydraConfig.instance().cfg if hydra else None)
+            state = State() if payload is None else restore(payload, task, optimizer)
+            ckpt.saved = payload and state.step
+            info = _describe(cfg, device, ops)
+            log.info("task=%s %s %s", info["task"], " ".join(
+                f"ops.{s}={t}" for s, t in info["ops"].items()), info["run"].split(" ", 1)[1])
+            if not rundir.new:
+                log.info("resuming %s after step %d of %d (%s)", out, state.step, cfg.steps,
+                         "resume=" if cfg.resume else "its own config: a restarted or requeued job")
+            return _train(cfg, out, task, optimizer, state, ckpt, info, stack, rundir.new)
+    except OSError as err:  # a full disk, a read-only dir: the path, the reason, what is left
+        events = sorted(out.glob("events.out.tfevents.*"))  # TensorBoard's names no file
+        raise Stopped(f"{fault(err, events[-1] if events else out)}; {last(ckpt)}",
+                      WRITE_FAULT) from None
 
 
 def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
@@ -100,6 +98,15 @@ def _choice(cfg: DictConfig, slot: str) -> str | dict:
 def _name(node: DictConfig) -> str:
     """A task's or optimizer's short name, from its _target_ (fitting.optim.LM -> lm)."""
     return node._target_.rsplit(".", 1)[-1].lower().removesuffix("task")
+
+
+def last(ckpt: Checkpoint) -> str:
+    """Where the run can go on from: the last phrase of a stopped run's line."""
+    if not ckpt.path.is_file():
+        return "no checkpoint is left to resume from: start the run again"
+    after = "" if ckpt.saved is None else f" (after step {ckpt.saved})"
+    return (f"the last good checkpoint is {ckpt.path}{after}; resume with: "
+            f"{resume_command(ckpt.path.parent)}")
 
 
 def _describe(cfg: DictConfig, device: torch.device, ops: dict[str, Any]) -> dict[str, Any]:
@@ -129,57 +136,69 @@ def _torch_settings(cfg: DictConfig, stack: ExitStack) -> None:
 
 
 def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
-           ckpt: Checkpoint, info: dict[str, Any], stack: ExitStack) -> float:
+           ckpt: Checkpoint, info: dict[str, Any], stack: ExitStack, new: bool) -> float:
     """Train, then end the run: checkpoint and results.json; closing lines, or Stopped."""
-    forward = torch.compile(task.model) if cfg.compile else task.model
-    tb = stack.enter_context(TensorBoard(out, purge_step=ckpt.saved))
-    launcher = str(_hydra().launcher.get("_target_", "")) if _hydra() else ""
-    signals = stack.enter_context(Signals(os.getppid() if "Joblib" in launcher else None))
+    tb = stack.enter_context(TensorBoard(out, purge_step=None if new else state.step))
+    joblib = _hydra() and _hydra().runtime.choices.get("hydra/launcher") == "joblib"
+    signals = stack.enter_context(Signals(os.getppid() if joblib else None))
     prof = stack.enter_context(_profiler(out) if cfg.profile else nullcontext())
-    times: list[float] = []
 
     def save(status: str, summary: dict[str, float] | None = None) -> None:
         tb.flush()
         state.loss = float(state.loss)  # a logged step's, or read off the device now
         # Saving reads the weights off the device anyway: only finite ones replace a checkpoint.
         if all(bool(p.isfinite().all()) for p in task.model.parameters()):
-            ckpt.save(asdict(state), status)
+            ckpt.save(cfg, task, optimizer, asdict(state), status)
         elif status == "running":
             raise NonFinite(f"weights after step {state.step}")
         if status != "running":
-            _results(out, status, cfg, state, times, info, summary or {})
+            _results(out, status, cfg, state, loop.times, info, summary or {})
 
+    loop = Run(cfg, task, optimizer, state, tb, signals, save, prof=prof,
+              forward=torch.compile(task.model) if cfg.compile else task.model)
     try:
-        train(cfg, task, optimizer, tb, save, state, signals, forward, prof, times)
+        train(loop)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
             save("interrupted")
             said = (f"interrupted by {signal.Signals(signals.signum).name} after {state.step} of "
-                    f"{cfg.steps} steps; {ckpt.last()}")
+                    f"{cfg.steps} steps; {last(ckpt)}")
             previous = signals.previous.get(signal.SIGUSR2)
             if signals.signum == signal.SIGUSR2 and callable(previous):
                 log.info("%s; handing over to submitit, which requeues the job", said)
+                signals.__exit__()  # submitit's handlers back: its requeue's SIGTERM is its own
                 previous(signal.SIGUSR2, None)  # submitit's: it requeues the job
             raise Stopped(said, 128 + signals.signum)
-        fig, summary = evaluate(task, tb, state, state.step, True, True), task.summary(task.model)
+        with torch.random.fork_rng():  # the end's figure draws nothing a continuation would
+            fig, summary = evaluate(task, tb, state, state.step, True, True), \
+                task.summary(task.model)
         tb.hparams(info["ops"], info["run"])
         save("converged" if state.converged else "completed", summary)
     except NonFinite as err:
         save("diverged")  # found on a logged step: the weights may be non-finite already
         message = (f"non-finite {err} at step {state.step} (checked on logged steps, "
-                   f"log.every={cfg.log.every}); try a smaller optimizer.lr; {ckpt.last()}")
+                   f"log.every={cfg.log.every}); try a smaller optimizer.lr; {last(ckpt)}")
         if cfg.on_nonfinite == "raise":
             raise FloatingPointError(message) from err
         raise Stopped(message, 1) from None
     except SecondSignal as err:
         raise Stopped(f"stopped at once by a second {signal.Signals(err.args[0]).name}; "
-                      f"{ckpt.last()}", 128 + err.args[0]) from None
-    except OSError as err:
+                      f"{last(ckpt)}", 128 + err.args[0]) from None
+    except OSError:
         with suppress(OSError):
-            _results(out, "failed", cfg, state, times, info, {})
-        raise Stopped(f"could not write {os.fsdecode(err.filename or '')}: "
-                      f"{err.strerror or err}; {ckpt.last()}", 74) from None
-    _closing(cfg, out, task, state, times, summary, fig)
+            _results(out, "failed", cfg, state, loop.times, info, {})
+        raise
+    _closing(cfg, out, task, state, loop.times, summary, fig)
     return state.loss
+
+
+def _quiet_write_faults(stack: ExitStack) -> None:
+    """While the run lives, a failed write is the run's one line, no thread's traceback:
+    TensorBoard's writer thread raises it again in this one, a log file's is left unsaid."""
+    hook, raising = threading.excepthook, logging.raiseExceptions
+    threading.excepthook = lambda args: None if issubclass(args.exc_type, OSError) else hook(args)
+    logging.raiseExceptions = False
+    stack.callback(setattr, threading, "excepthook", hook)
+    stack.callback(setattr, logging, "raiseExceptions", raising)
 
 
 def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[float],

@@ -31,6 +31,16 @@ class SlurmLauncher(Submitit):
         import submitit
 
         params = dict(self.params)
+        delay, limit = params["signal_delay_s"], params["timeout_min"] * 60
+        if delay >= limit:  # USR2 as the job starts: each attempt requeued, none trains
+            raise CompactHydraException(
+                f"hydra.launcher.signal_delay_s={delay} is not below timeout_min="
+                f"{params['timeout_min']} ({limit} s): SLURM's USR2 would come as each job "
+                "starts; give a larger timeout_min or a smaller signal_delay_s")
+        if limit - delay < 60:
+            log.warning(f"hydra.launcher: SLURM sends USR2 up to 60 s before signal_delay_s="
+                        f"{delay}; with timeout_min={params['timeout_min']} a job may get it as "
+                        "it starts")
         executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
                                          slurm_max_num_timeout=params.pop("max_num_timeout"))
         # The plugin's own split: the keys every executor knows, the rest prefixed slurm_.

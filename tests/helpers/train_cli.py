@@ -9,6 +9,7 @@ import copy
 import logging
 import os
 import runpy
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,9 @@ def run_train(
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)  # as a user runs it
     monkeypatch.setattr(sys, "argv", [TRAIN, *args])
     root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    log_handlers, level = root.handlers[:], root.level
     hydra_state = copy.deepcopy(Singleton.get_state())  # as Hydra's hydra_restore_singletons
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     capfd.readouterr()
     code = 0
     try:
@@ -56,10 +58,12 @@ def run_train(
         # Hydra configures the root logger (a console handler, the job's train.log) and keeps
         # its global state (HydraConfig, ...) after the run: both are put back as they were.
         for handler in root.handlers:
-            if handler not in handlers:
+            if handler not in log_handlers:
                 handler.close()
-        root.handlers[:] = handlers
+        root.handlers[:] = log_handlers
         root.setLevel(level)
         Singleton.set_state(hydra_state)
+        for signum, handler in handlers.items():  # train.py's own: for its process alone
+            signal.signal(signum, handler)
     out, err = capfd.readouterr()
     return Finished(code, out, err)

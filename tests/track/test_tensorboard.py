@@ -3,6 +3,8 @@ layout (train and val apart), the figure, all read back with TensorBoard's own r
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from google.protobuf.json_format import MessageToDict
@@ -107,7 +109,7 @@ def test_a_failed_png_write_leaves_the_previous_png_and_no_tmp(tmp_path, monkeyp
     def full_disk(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(figures.os, "replace", full_disk)
+    monkeypatch.setattr(os, "replace", full_disk)
     with pytest.raises(OSError, match="No space"):
         figures.save_png(fig, png)
     assert png.read_bytes() == before

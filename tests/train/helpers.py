@@ -1,5 +1,5 @@
 """run() as `python train.py <overrides> hydra.run.dir=<out>` runs it, without Hydra's process:
-the config composed by Hydra's compose API, the run dir's .hydra/ written as Hydra writes it."""
+the config composed by Hydra's compose API (run() writes a new run's .hydra/ itself)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
 from fitting.run import run
 from tests.helpers.app_config import make_cfg
@@ -17,13 +16,7 @@ from tests.helpers.app_config import make_cfg
 
 def go(out: Path, *overrides: str) -> float:
     """Run with `overrides` in `out`; the final loss."""
-    cfg = make_cfg(*overrides)
-    hydra_dir = out / ".hydra"
-    if not (out / "checkpoint.pt").exists():  # as Hydra does (conf/config.yaml's output_subdir)
-        hydra_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, hydra_dir / "config.yaml")
-        OmegaConf.save(OmegaConf.create(list(overrides)), hydra_dir / "overrides.yaml")
-    return run(cfg, out, list(overrides))
+    return run(make_cfg(*overrides), out, list(overrides))
 
 
 def results(out: Path) -> dict[str, Any]:

@@ -136,7 +136,8 @@ def test_ctrl_c_after_the_last_step_lets_the_run_end(tmp_path, monkeypatch, capl
 
 
 def test_a_sweep_parent_gone_stops_a_joblib_job_with_its_checkpoint(tmp_path, monkeypatch):
-    worker = SimpleNamespace(launcher={"_target_": "hydra_plugins.JoblibLauncher"},
+    worker = SimpleNamespace(runtime=SimpleNamespace(choices={"hydra/launcher": "joblib"}),
+                             overrides=SimpleNamespace(task=["steps=50"]),
                              mode=SimpleNamespace(name="MULTIRUN"))
     monkeypatch.setattr("fitting.run._hydra", lambda: worker)
     parents = iter([4242])  # the parent at the start; then the worker is orphaned (init's)

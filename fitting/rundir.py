@@ -1,0 +1,276 @@
+"""The run dir's life, in one place: whether this invocation made it (a Hydra callback, before
+Hydra's mkdir), the claim (run.lock), the one decision from its data (a new run, this run
+continued, or another run refused), a new run's .hydra/, and the cleanup (only an empty dir
+this invocation made). resume= composes the run's config from its overrides.yaml, as data: a
+user's op named there runs only when the command line names it too (trust_remote_code)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shlex
+import sys
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from fitting.checkpoint import load
+from fitting.config import CHECKPOINT, REPO_ROOT, ConfigError, short
+from fitting.files import write_atomic
+
+LOCK, MADE = "run.lock", "FITTING_MADE_DIR"  # MADE: the dir this invocation made (inherited)
+KEPT = ("steps", "log", "ckpt", "threads", "on_nonfinite", "profile")  # a resume may change
+FIRST = ("task", "optimizer", "ops", "impl")  # the differences a refusal names first
+WRITE_FAULT = 74  # EX_IOERR: a write failed (full disk, read-only dir)
+
+
+class MadeHere(Callback):
+    """Makes the run (or sweep) dir before Hydra does, noting in the environment whether this
+    invocation made it (its jobs inherit that); a dir that cannot be made is one line."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        """Before Hydra's mkdir of hydra.run.dir."""
+        _make(str(config.hydra.run.dir))
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        """Before the launcher's mkdir of hydra.sweep.dir (the jobs' dirs are inside it)."""
+        _make(str(config.hydra.sweep.dir))
+
+
+def _make(path: str) -> None:
+    path = Path(os.path.abspath(path))
+    missing = [d for d in (path, *path.parents) if not d.exists()]
+    os.environ.pop(MADE, None)
+    if missing:
+        try:
+            missing[0].mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            print(fault(err), file=sys.stderr, flush=True)
+            sys.exit(WRITE_FAULT)
+        os.environ[MADE] = str(missing[-1])  # the top dir made: a refused run removes up to it
+
+
+def fault(err: OSError, where: Path | None = None) -> str:
+    """'could not write PATH: REASON' of a write that failed (`where` if it names no file)."""
+    return f"could not write {os.fsdecode(err.filename or where or '?')}: {err.strerror or err}"
+
+
+class RunDir:
+    """One run's dir: claim() locks it and decides; leaving the `with` block releases the lock
+    and removes the dir only if this invocation made it and it is empty."""
+
+    def __init__(self, out: Path) -> None:
+        made = os.environ.get(MADE)
+        self.out, self.lock, self.new, self.owned = out, None, False, False
+        missing = [d for d in (out, *out.parents) if not d.exists()]  # outside Hydra's app
+        self.top = missing[-1] if missing else Path(made) if made and Path(made) in (
+            out, *out.parents) else None
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.lock is not None:  # a refusal leaves a killed run's run.lock as it was
+            if self.owned or not os.fstat(self.lock.fileno()).st_size:
+                with suppress(OSError):
+                    (self.out / LOCK).unlink()  # while still ours
+            self.lock.close()
+        for made in [self.out, *self.out.parents] if self.top else []:
+            try:
+                os.rmdir(made)  # only an empty dir: never a file of this run or another's
+            except OSError:
+                break
+            if made == self.top:
+                break
+
+    def claim(self, cfg: DictConfig, overrides: list[str], hydra: Any) -> dict | None:
+        """Lock the dir, then decide once from its data: a new run (its .hydra/ written; None),
+        this run continued (its checkpoint's payload, or None: from step 0), or ConfigError."""
+        self._lock()
+        config = self.out / ".hydra" / "config.yaml"
+        stored = _read(config, dict) if cfg.resume or config.exists() else None
+        payload = load(self.out / CHECKPOINT) if (self.out / CHECKPOINT).is_file() else None
+        if stored is None and payload is None:
+            self._own()
+            self.new = True
+            self._new(cfg, overrides, hydra)
+            return None
+        for path, theirs in ((config, stored), (self.out / CHECKPOINT, payload)):
+            diff = None if theirs is None else difference(
+                theirs if path == config else theirs["config"], cfg, path,
+                KEPT if cfg.resume else ())
+            if diff and cfg.resume:
+                raise ConfigError(f"resume={cfg.resume}: {path} is not the run its overrides.yaml "
+                                  f"composes ({diff}: edited, or conf/ changed); not resumed")
+            if diff:
+                raise ConfigError(f"{self.out} holds another run ({diff}); continue that one "
+                                  f"with: {resume_command(self.out)}, or run it in a fresh dir")
+        if payload and (payload["status"] in ("diverged", "converged")
+                        or payload["step"] >= cfg.steps):
+            how = payload["status"] if payload["status"] in ("diverged", "converged") else \
+                f"did {payload['step']} of {cfg.steps} steps; a larger steps= extends it"
+            raise ConfigError(f"{self.out} holds a finished run (it {how}): nothing to resume")
+        self._own()
+        return payload
+
+    def _own(self) -> None:
+        """The dir is this run's: its pid in run.lock, removed at the end."""
+        self.lock.truncate(0)
+        self.lock.write(str(os.getpid()))
+        self.lock.flush()
+        self.owned = True
+
+    def _lock(self) -> None:
+        """Hold run.lock (the dir made again if a refused run's cleanup took it meanwhile)."""
+        for _ in range(3):
+            self.out.mkdir(parents=True, exist_ok=True)
+            try:
+                f = open(self.out / LOCK, "a+")
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                same = os.path.samestat(os.fstat(f.fileno()), os.stat(self.out / LOCK))
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read(20).strip()
+                f.close()
+                raise ConfigError(f"{self.out} is in use by another run (pid {holder}): wait for "
+                                  "it to end, or run in another dir") from None
+            except FileNotFoundError:
+                same = False  # its run ended and removed it: lock the next one
+            if same:
+                self.lock = f
+                return
+            f.close()
+        raise ConfigError(f"{self.out}: could not take {LOCK}; run in another dir")
+
+    def _new(self, cfg: DictConfig, overrides: list[str], hydra: Any) -> None:
+        """A new run's .hydra/ as Hydra writes it; config.yaml last: it marks the dir used."""
+        hydra_dir = self.out / ".hydra"
+        hydra_dir.mkdir(exist_ok=True)
+        files = {"overrides.yaml": OmegaConf.create(list(overrides)), "hydra.yaml": hydra,
+                 "config.yaml": cfg}
+        for name, node in files.items():
+            if node is not None:
+                write_atomic(hydra_dir / name, OmegaConf.to_yaml(node).encode())
+
+
+def difference(theirs: dict, cfg: DictConfig, path: Path, skip: tuple[str, ...] = ()) -> str:
+    """'key: X there, Y here' of up to three keys (outside `skip` and resume) whose resolved
+    values differ, task, optimizer and ops first; '' when none does."""
+    try:
+        a = _flat(OmegaConf.to_container(OmegaConf.create(theirs), resolve=True))
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{path} cannot be read ({short(err)})") from None
+    b = _flat({**OmegaConf.to_container(cfg, resolve=True), "resume": None})
+    keys = [k for k in a.keys() | b.keys()  # task.ops: the ops.* choices, wired to the model
+            if k.split(".")[0] not in (*skip, "resume") and not k.startswith("task.ops.")
+            and a.get(k, ...) != b.get(k, ...)]
+    rank = {key: i for i, key in enumerate(FIRST)}
+    keys.sort(key=lambda k: (rank.get(k.split(".")[0], len(FIRST)), "_target_" not in k, k))
+    if keys and keys[0].endswith("_target_"):  # another task or optimizer: its keys differ too
+        keys = [k for k in keys if k.endswith("_target_")]
+    return "; ".join(f"{k}: {short(a.get(k, '<none>'))} there, {short(b.get(k, '<none>'))} here"
+                     for k in keys[:3])
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict) or not node:
+        return {prefix[:-1]: node}
+    return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+
+
+def _parse(override: str) -> tuple[str, Any]:
+    """(key, value) of an override as Hydra parses it (quotes, escapes); (it, None) if none."""
+    try:
+        parsed = OverridesParser.create().parse_override(override)
+    except HydraException:
+        return override, None
+    return parsed.get_key_element().lstrip("+~"), parsed.value()
+
+
+def _user_op(override: str) -> bool:
+    """Whether an override names a user's op (anything but custom or builtin)."""
+    key, value = _parse(override)
+    return bool(re.fullmatch(r"([\w.]+\.)?ops\.\w+", key)) and value not in ("custom", "builtin")
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that continues the run in `run_dir`, quoted for Hydra and the shell, with
+    the user's ops its overrides.yaml names (resume= runs them only when repeated)."""
+    path = str(run_dir)
+    arg = f"resume={path}" if re.fullmatch(r"[\w/.+-]+", path) else \
+        '"resume=' + repr(path).replace('"', '\\"') + '"'
+    ops: list[str] = []
+    with suppress(ConfigError):
+        ops = [shlex.quote(o) for o in map(str, _read(run_dir / ".hydra" / "overrides.yaml",
+                                                      list)) if _user_op(o)]
+    return " ".join(["python train.py", arg, *ops])
+
+
+def resume_config(cfg: DictConfig, run_dir: Path, given: list[str]) -> DictConfig:
+    """resume=DIR: conf/ composed with DIR's overrides.yaml (data: no _target_, no hydra.*, a
+    user's op only if `given` repeats it) and the KEPT keys `given` sets."""
+    where = Path(cfg.resume).expanduser().resolve()
+    if not (where / CHECKPOINT).is_file() and not (where / ".hydra" / "config.yaml").is_file():
+        raise ConfigError(f"resume={cfg.resume}: {where} " + (
+            "is a file; give the run dir that holds it" if where.is_file() else
+            "holds no run" if where.is_dir() else "does not exist"))
+    if where != run_dir:
+        raise ConfigError(f"resume={cfg.resume} runs in that dir; leave hydra.run.dir out")
+    stored = [str(o) for o in _read(where / ".hydra" / "overrides.yaml", list)]
+    new = [o for o in given if not o.startswith("resume=")]
+    ours, theirs = [_parse(o) for o in new], [_parse(o) for o in stored]
+    for o, parsed in zip(new, ours, strict=True):
+        if parsed[0].split(".")[0] not in KEPT and parsed not in theirs:
+            raise ConfigError("resume= continues the run's own config; only steps, log.*, "
+                              f"ckpt.*, threads, on_nonfinite and profile may change, got {o[:60]}")
+    if any(_user_op(o) and parsed not in ours for o, parsed in zip(stored, theirs, strict=True)):
+        raise ConfigError(f"{where} names ops of yours ({', '.join(filter(_user_op, stored))}): "
+                          "resume= runs nothing a run dir names unless the command line repeats "
+                          f"it; if you trust it: {resume_command(where)}")
+    for o in stored:
+        key, _, value = o.lstrip("+~").partition("=")
+        if not _user_op(o) and (key.startswith("hydra") or "/" in value and "." not in key
+                                or re.search(r"(^|\W)_\w+_(\W|$)", o)):
+            raise ConfigError(f"{where}/.hydra/overrides.yaml sets {short(o, 60)}, which resume "
+                              "does not take from a run dir (it could run code); not resumed")
+    overrides = [*stored, *(o for o, parsed in zip(new, ours, strict=True) if parsed not in theirs)]
+    try:
+        if GlobalHydra.instance().is_initialized():  # inside train.py's Hydra app
+            composed = compose("config", overrides=overrides)
+        else:
+            with initialize_config_dir(str(REPO_ROOT / "conf"), version_base="1.3"):
+                composed = compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(f"resume={cfg.resume}: its overrides no longer compose "
+                          f"({short(err)})") from None
+    composed.resume = str(where)  # set, not composed: Hydra's grammar would parse a path's = ,
+    return composed
+
+
+def _read(path: Path, kind: type) -> Any:
+    """A YAML file of the run dir as plain data (yaml.safe_load: no tags, no objects)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} is missing (the run dir's config is needed); not resumed") \
+            from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        why = getattr(err, "strerror", None) or f"not whole YAML: {short(err, 50)}"
+        raise ConfigError(f"{path} cannot be read ({why}); not resumed") from None
+    if not isinstance(data, kind) or kind is dict and not data:
+        what = f"holds a {type(data).__name__}, not a {kind.__name__} (truncated?)"
+        raise ConfigError(f"{path} {'is empty' if not data else what}; not resumed")
+    return data
