@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from fitting.files import write_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -20,12 +21,5 @@ def save_png(fig: Figure, path: str | Path) -> np.ndarray:
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     pixels = np.asarray(canvas.buffer_rgba()).copy()
-    # Written whole or not at all: a full disk or a kill leaves no torn PNG behind.
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        Image.fromarray(pixels).save(tmp, format="png")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, lambda f: Image.fromarray(pixels).save(f, format="png"))
     return pixels
