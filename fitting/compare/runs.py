@@ -118,15 +118,20 @@ def differing(runs: list[Run]) -> list[str]:
     return [s for s in slots if len({r.ops[s] for r in runs if s in r.ops}) > 1]
 
 
+def reference(runs: list[Run]) -> Run:
+    """Of runs differing only in ops (and seed): the builtin run, else torch.'s, else the first."""
+    slots = differing(runs)
+    return max(runs, key=lambda r: (sum(r.ops.get(s) == "builtin" for s in slots),
+                                    sum(r.ops.get(s, "").startswith("torch.") for s in slots)))
+
+
 def pair(runs: list[Run]) -> None:
     """Set each run's `reference`: of runs differing only in ops, builtin, torch. or the first."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(group_key(run), []).append(run)
     for group in groups.values():
-        slots = differing(group)
-        ref = max(group, key=lambda r: (sum(r.ops.get(s) == "builtin" for s in slots),
-                                        sum(r.ops.get(s, "").startswith("torch.") for s in slots)))
+        ref = reference(group)
         for run in group:
             run.reference = ref if run.ops != ref.ops else None
 

@@ -10,7 +10,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fitting.compare.runs import DONE, FINAL_LOSS, Run, differing, group_key, job, loss_gap
+from fitting.compare.runs import (
+    DONE,
+    FINAL_LOSS,
+    Run,
+    differing,
+    group_key,
+    job,
+    loss_gap,
+    reference,
+)
 
 ALPHA = 0.05
 RULE = ("identical: each seed's loss/train equals the reference's of the same seed at every step "
@@ -65,10 +74,9 @@ def judged(row: list[Run]) -> list[tuple[list[Run], str | None, str]]:
     slots, groups = differing(row), {}  # not all ops: a run that never ended has every slot's
     for run in row:
         groups.setdefault(json.dumps([run.ops.get(s) for s in slots]), []).append(run)
-    refs = [r.reference for r in row if r.reference is not None]
-    if not refs:
+    if len(groups) < 2:
         return [(group, None, "") for group in groups.values()]
-    ref = groups.pop(json.dumps([refs[0].ops.get(s) for s in slots]))
+    ref = groups.pop(json.dumps([reference(row).ops.get(s) for s in slots]))
     counted = (*DONE, "diverged")  # not a run stopped early: its last loss is no final loss
 
     def jobs(runs: list[Run]) -> str:
@@ -88,7 +96,7 @@ def judged(row: list[Run]) -> list[tuple[list[Run], str | None, str]]:
         done, ops = [r for r in group if r.status in counted], group[0].ops
         verdict, text = trains_same(finals(group), finals(ref), bool(done) and all(
             map(same_curve, done)))
-        mine = [s for s in ops if ops[s] != ref[0].ops.get(s)]
+        mine = [s for s in slots if ops.get(s) != ref[0].ops.get(s)]
         out.append((group, verdict, f"{', '.join(f'{s}={ops[s]}' for s in mine)} ({jobs(group)})"
                     f" vs {', '.join(str(ref[0].ops.get(s)) for s in mine)} ({jobs(ref)}): {text}"))
     return out

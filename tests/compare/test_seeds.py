@@ -51,8 +51,8 @@ def sweep(tmp_path_factory):
                               ("my_ops:worse", 3.0, "completed"), ("my_ops:nan", 1.0, "diverged")]:
         for seed, spread in enumerate(SPREAD):
             losses = LOSSES * spread * scale
-            if op == "my_ops:nan" and seed == 2:
-                losses = np.append(losses, math.nan)
+            if op == "my_ops:nan" and seed == 2:  # stopped at a non-finite weight: as the
+                losses = losses[:5]  # reference up to there, results.json's loss finite
             write_run(root / f"{job}_seed={seed}", seed=seed, activation=op, losses=losses,
                       status="diverged" if op == "my_ops:nan" and seed == 2 else status)
             job += 1
@@ -99,3 +99,16 @@ def test_the_figure_draws_the_references_median_and_min_max_band(sweep):
     assert len(mine) == 20  # every seed of every other op, over the band
     assert np.array_equal(mine[10].get_ydata(), runs[15].scalars["loss/train"][1])
     assert mine[10].get_label() == "activation=my_ops:worse: differs"
+
+
+def test_each_seed_is_compared_with_the_references_run_of_that_seed(tmp_path):
+    """Seed 1 lacks the builtin run: my_ops:a pairs there with my_ops:b, not the reference."""
+    write_run(tmp_path / "0_a", seed=2, activation="my_ops:a", status=None)  # every slot's op
+    write_run(tmp_path / "1_b", seed=1, activation="my_ops:b")
+    write_run(tmp_path / "2_a", seed=1, activation="my_ops:a")
+    write_run(tmp_path / "3_builtin", seed=0, activation="builtin")
+    write_run(tmp_path / "4_a", seed=0, activation="my_ops:a")
+    report.report(str(tmp_path))
+    md = (tmp_path / "compare.md").read_text()
+    assert "- activation=my_ops:a (#0 #2 #4) vs builtin (#3): no spread to judge" in md
+    assert "- activation=my_ops:b (#1) vs builtin (#3): no spread to judge" in md
