@@ -4,13 +4,15 @@ checks and conf/config.yaml's resolvers. A task's and an optimizer's keys are th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError
+
+from fitting.slots import SLOTS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # runs go to its outputs/, whatever the cwd
 CHECKPOINT = "checkpoint.pt"
@@ -24,12 +26,8 @@ CHOICES = {"impl": ("custom", "builtin"), "device": ("auto", "cpu", "cuda"),
            "dtype": ("float32", "float64"), "on_nonfinite": ("stop", "raise")}
 
 
-@dataclass
-class Ops:  # the function each op slot runs; each follows `impl` unless given
-    linear: Any = "${impl}"
-    activation: Any = "${impl}"
-    conv_bn: Any = "${impl}"
-    legendre_p3: Any = "${impl}"
+# ops.<slot>: the choice each op slot runs (fitting/slots.py); each follows `impl` unless given.
+Ops = make_dataclass("Ops", [(slot, Any, field(default="${impl}")) for slot in SLOTS])
 
 
 @dataclass

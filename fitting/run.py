@@ -17,13 +17,14 @@ from typing import Any
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fitting.checkpoint import LOCK, Checkpoint, lock, restored, resume_config, short, write_atomic
 from fitting.config import CHECKPOINT, ConfigError, check
 from fitting.loop import NonFinite, SecondSignal, Signals, State, Stopped, evaluate, train
-from fitting.ops import describe_op, precheck, resolve_op
+from fitting.precheck import precheck
+from fitting.slots import describe, resolve, source, uses
 from fitting.track.memory import peak_rss_bytes
 from fitting.track.tensorboard import TensorBoard
 
@@ -54,22 +55,14 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> float:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                           if cfg.device == "auto" else str(cfg.device))
     dtype = getattr(torch, str(cfg.dtype))
-    with _as_config_error():
-        slots, opt_class = get_class(cfg.task._target_).slots, get_class(cfg.optimizer._target_)
-    choices = {s: OmegaConf.to_object(c) if isinstance(c, DictConfig) else str(c)
-               for s, c in ((s, cfg.ops[s]) for s in slots)}
-    info = _describe(cfg, choices, device)
+    ops = _prepare_ops(cfg, device, dtype)
+    info = _describe(cfg, device, ops)
     ops_text = " ".join(f"ops.{s}={t}" for s, t in info["ops"].items())
-    log.info("task=%s %s %s", info["task"], ops_text, info["run"].split(" ", 1)[1])  # pre-import
+    log.info("task=%s %s %s", info["task"], ops_text, info["run"].split(" ", 1)[1])
     out.mkdir(parents=True, exist_ok=True)
     stack.enter_context(lock(out))
     _torch_settings(cfg, stack)
     with _as_config_error():
-        ops = {slot: resolve_op(slot, choice) for slot, choice in choices.items()}
-        for slot, choice in choices.items():
-            if choice not in ("custom", "builtin"):  # a user's op: the card's training row
-                precheck(slot, ops[slot], device=device, dtype=dtype,
-                         needs=getattr(opt_class, "needs", ()))
         torch.manual_seed(cfg.seed)  # the model's initialization; data have their own generator
         task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
                            _convert_="all")
@@ -83,12 +76,43 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> float:
     return _train(cfg, out, task, optimizer, state, ckpt, info, stack)
 
 
-def _describe(cfg: DictConfig, choices: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """The run in words: task, optimizer, each op's choice and the rest (`run`, one line)."""
-    task, opt = (cfg[k]._target_.rsplit(".", 1)[-1].lower() for k in ("task", "optimizer"))
-    task = task.removesuffix("task")
+def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    """The model's op in each slot (cfg.task.ops, built by Hydra through fitting.slots.op), a
+    user's op pre-checked for the uses this run makes of it; ConfigError if one is refused."""
+    ops = {}
+    with _as_config_error():
+        for slot in cfg.task.ops:
+            choice = _choice(cfg, slot)
+            key = f"ops.{slot}={describe(choice)}"
+            ops[slot] = resolve(slot, choice, key)
+            if choice not in ("custom", "builtin"):
+                precheck(slot, ops[slot], device=device, dtype=dtype, key=key,
+                         uses=uses(_name(cfg.optimizer), cfg.compile))
+    return ops
+
+
+def _choice(cfg: DictConfig, slot: str) -> str | dict:
+    """ops.<slot> as plain data: custom, builtin, module:name, or a _target_ dict."""
+    choice = cfg.ops[slot]
+    return OmegaConf.to_object(choice) if isinstance(choice, DictConfig) else str(choice)
+
+
+def _name(node: DictConfig) -> str:
+    """A task's or optimizer's short name, from its _target_ (fitting.optim.LM -> lm)."""
+    return node._target_.rsplit(".", 1)[-1].lower().removesuffix("task")
+
+
+def _describe(cfg: DictConfig, device: torch.device, ops: dict[str, Any]) -> dict[str, Any]:
+    """The run in words: task, optimizer, each op's choice (a user's with its source file's
+    sha256, so two versions read as two) and the rest (`run`, one line)."""
+    task, opt = _name(cfg.task), _name(cfg.optimizer)
+    choices = {s: _choice(cfg, s) for s in ops}
+    sources = {s: found for s, c in choices.items()
+               if c not in ("custom", "builtin") and (found := source(ops[s]))}
     lr = f"(lr={cfg.optimizer.lr:g})" if "lr" in cfg.optimizer else ""
-    return {"task": task, "optimizer": opt, "ops": {s: describe_op(c) for s, c in choices.items()},
+    return {"task": task, "optimizer": opt, "op_sources": sources,
+            "ops": {s: describe(c) + (f" @{sources[s]['sha256'][:8]}" if s in sources else "")
+                    for s, c in choices.items()},
             "run": f"{task} optimizer={opt}{lr} steps={cfg.steps} seed={cfg.seed} "
                    f"dtype={cfg.dtype} device={device}"}
 
@@ -180,8 +204,8 @@ def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[fl
              f"stopped: {why}",
              "at the end: " + ", ".join(f"{k}={v:.6g}" for k, v in summary.items()),
              f"figure: {fig}", f"run dir: {out}", f"view it: tensorboard --logdir {out}"]
-    for line in lines:
-        log.info("%s", line)
+    for text in lines:
+        log.info("%s", text)
 
 
 def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[float],
@@ -191,7 +215,8 @@ def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[
             "final_loss": float(state.loss), "val_loss": state.val_loss,
             "step_ms_median": times[len(times) // 2] if times else None,  # the loop sorts them
             "saved_bytes": state.saved_bytes, "peak_rss_bytes": peak_rss_bytes(),
-            "train_s": state.train_s, **{k: info[k] for k in ("task", "optimizer", "ops")},
+            "train_s": state.train_s,
+            **{k: info[k] for k in ("task", "optimizer", "ops", "op_sources")},
             "summary": summary}
     write_atomic(out / RESULTS, (json.dumps(data, indent=2) + "\n").encode())
 

@@ -1,4 +1,4 @@
-"""The verdicts of an op against its reference, shared by the pre-check (fitting.ops) and the
+"""The verdicts of an op against its reference, shared by the pre-check (fitting.precheck) and the
 card (fitting.opcheck): the training row (forward and gradients against the reference's
 autograd, as models call the op; kinks and non-finite values as notes), and the rows of what
 newton and lm compute (fitting.optim.derivatives)."""
@@ -12,24 +12,15 @@ from collections.abc import Callable
 import torch
 
 from fitting.optim.derivatives import hessian, jacobian
+from fitting.slots import Sample, line
 
 RANK = ("n/a", "pass", "same as the reference", "note", "not judged", "unsupported", "wrong")
 NEEDS = {"second_order": "optimizer=newton", "forward_ad": "optimizer=lm"}
-Sample = tuple[str, tuple, dict, bool]  # label, args, kwargs, must (else a difference is a note)
 Finding = tuple[str, str]  # (a RANK status, what was found)
 
 
 class CannotRun(Exception):
     """The op (or its reference) cannot be called on the inputs at all."""
-
-
-def line(err: BaseException) -> str:
-    """`Type: first line` of the innermost cause (the real one under a framework's rethrows)."""
-    while err.__cause__ or err.__context__:
-        err = err.__cause__ or err.__context__
-    lines = [s.strip() for s in str(err).splitlines() if s.strip()]
-    where = next((f" ({s})" for s in lines if s.startswith("Caused by:")), "")  # dynamo's
-    return f"{type(err).__name__}: {lines[0]}{where}"[:300] if lines else type(err).__name__
 
 
 def param_names(*fns: Callable) -> list[str]:

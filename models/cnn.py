@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .layers import FusedConvBN2d, Linear, Op, ReLU
+from .layers import Activation, FusedConvBN2d, Linear, Op
 from .ops import fused_conv_bn2d, relu
 from .ops import linear as _linear
 
@@ -40,14 +40,14 @@ class CurveCNN(nn.Module):
         in_ch = 1
         for out_ch in channels:
             blocks += [FusedConvBN2d(in_ch, out_ch, 3, padding=1, op=conv_bn, **factory),
-                       ReLU(op=activation), nn.MaxPool2d(2)]
+                       Activation(op=activation), nn.MaxPool2d(2)]
             in_ch = out_ch
         self.features = nn.Sequential(*blocks)
         side = image_size // 2 ** len(channels)
         self.head = nn.Sequential(
             nn.Flatten(),
             Linear(in_ch * side * side, hidden, op=linear, **factory),
-            ReLU(op=activation),
+            Activation(op=activation),
             Linear(hidden, out_features, op=linear, **factory),
         )
 

@@ -33,7 +33,7 @@ class Linear(nn.Linear):
         return f"{super().extra_repr()}, op={op_name(self.op)}"
 
 
-class ReLU(nn.Module):
+class Activation(nn.Module):
     """An elementwise activation `op(x)`: ours relu by default (a Swish, a GELU, an STE...)."""
 
     def __init__(self, *, op: Op = relu) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .layers import Linear, Op, ReLU
+from .layers import Activation, Linear, Op
 from .ops import linear as _linear
 from .ops import relu
 
@@ -31,5 +31,5 @@ class MLP(nn.Sequential):
         layers: list[nn.Module] = []
         for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
             layers += [Linear(n_in, n_out, op=linear, device=device, dtype=dtype),
-                       ReLU(op=activation)]
+                       Activation(op=activation)]
         super().__init__(*layers[:-1])

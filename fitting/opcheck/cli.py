@@ -14,19 +14,18 @@ from pathlib import Path
 
 import torch
 
-from fitting import ops, verdict
+from fitting import slots, verdict
 from fitting.opcheck import rows
+from fitting.precheck import TOL, OpRefused
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
-TWINS = {"linear": "torch.nn.functional.linear", "activation": "torch.relu",
-         "conv_bn": "conv_bn_reference", "legendre_p3": "legendre_p3_reference"}
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fitting.opcheck", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("slot", choices=[*ops.SLOTS, "any"], help="the slot the op fills, or any")
+    p.add_argument("slot", choices=[*slots.SLOTS, "any"], help="the slot the op fills, or any")
     p.add_argument("spec", nargs="?", default="custom", help="the op (default custom)")
     p.add_argument("--ref", help="the reference, a SPEC too (default builtin, the slot's twin)")
     p.add_argument("--shape", help="any: one input tensor of this shape, e.g. 64,8")
@@ -50,7 +49,7 @@ def parse_spec(text: str):
     try:
         return OverridesParser.create().parse_override(f"op={text}").value()
     except Exception:
-        raise ops.OpChoiceError(f"{text}: not a SPEC in Hydra's override syntax: custom, builtin, "
+        raise OpRefused(f"{text}: not a SPEC in Hydra's override syntax: custom, builtin, "
                                 "<module>:<name> or '{_target_:<module>.<name>,_partial_:true,"
                                 "<arg>:<value>}' (quoted in a shell)") from None
 
@@ -61,7 +60,7 @@ def _any_samples(args, dtype, device) -> list[verdict.Sample]:
         try:
             shape = tuple(int(n) for n in args.shape.split(","))
         except ValueError:
-            raise ops.OpChoiceError(f"--shape {args.shape}: expected sizes, e.g. 64,8") from None
+            raise OpRefused(f"--shape {args.shape}: expected sizes, e.g. 64,8") from None
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
         n = x.numel()
         edges = {"x = 0, -0, ±1e-3, ±1.5": [0.0, -0.0, 1e-3, -1e-3, 1.5, -1.5],
@@ -69,14 +68,22 @@ def _any_samples(args, dtype, device) -> list[verdict.Sample]:
         cases = {"x": x + 0.1 * x.sign(), **{k: torch.tensor(v * n)[:n].reshape(shape)
                                             for k, v in edges.items()}}
         return [(k, (t.to(device, dtype).requires_grad_(),), {}, True) for k, t in cases.items()]
-    made = ops.resolve_op("any", args.inputs, key=f"--inputs {args.inputs}")()
+    made = _resolve("any", args.inputs, f"--inputs {args.inputs}")()
     if not (isinstance(made, list) and made and all(len(s) == 2 for s in made)):
-        raise ops.OpChoiceError(f"--inputs {args.inputs}: expected a list of (args, kwargs)")
+        raise OpRefused(f"--inputs {args.inputs}: expected a list of (args, kwargs)")
     samples = [(f"sample {i}", tuple(a), dict(k), True) for i, (a, k) in enumerate(made)]
     if not any(t.requires_grad for _, t in verdict.tensors(samples[0][1:3], "")):
-        raise ops.OpChoiceError(f"--inputs {args.inputs}: no tensor of sample 0 requires grad; "
+        raise OpRefused(f"--inputs {args.inputs}: no tensor of sample 0 requires grad; "
                                 "mark the ones that train with .requires_grad_()")
     return samples
+
+
+def _resolve(slot: str, spec, key: str):
+    """The callable a SPEC names (fitting.slots.resolve); OpRefused naming `key` if none."""
+    try:
+        return slots.resolve(slot, spec, key)
+    except ValueError as err:
+        raise OpRefused(str(err)) from None
 
 
 def _setup(args):
@@ -85,17 +92,18 @@ def _setup(args):
     spec, ref_spec = parse_spec(args.spec), parse_spec(args.ref or "builtin")
     if args.slot == "any":
         if not args.ref or not (args.shape or args.inputs):
-            raise ops.OpChoiceError("any: give --ref and --shape 64,8 or --inputs <module>:<fn>")
+            raise OpRefused("any: give --ref and --shape 64,8 or --inputs <module>:<fn>")
         samples, ours = _any_samples(args, dtype, device), None
-        title = f"any {ops.describe_op(spec)}"
+        title = f"any {slots.describe(spec)}"
     else:
-        samples, ours = ops.slot_samples(args.slot, dtype, device), ops.SLOTS[args.slot][0]
-        title = f"ops.{args.slot}={ops.describe_op(spec)}"
-    fn = ops.resolve_op(args.slot, spec, key=title)
-    ref = ops.resolve_op(args.slot, ref_spec, key=f"--ref {ops.describe_op(ref_spec)}")
+        entry = slots.SLOTS[args.slot]
+        samples, ours = entry.samples(dtype, device), entry.ours
+        title = f"ops.{args.slot}={slots.describe(spec)}"
+    fn = _resolve(args.slot, spec, title)
+    ref = _resolve(args.slot, ref_spec, f"--ref {slots.describe(ref_spec)}")
     names = verdict.param_names(fn, ref, *([ours] if ours else []))
-    twin = f" ({TWINS.get(args.slot, '')})" if ref_spec == "builtin" else ""
-    title += f" against {ops.describe_op(ref_spec)}{twin}, {args.dtype} on {device}"
+    twin = f" ({slots.SLOTS[args.slot].twin.__name__})" if ref_spec == "builtin" else ""
+    title += f" against {slots.describe(ref_spec)}{twin}, {args.dtype} on {device}"
     return title, fn, ref, samples, names
 
 
@@ -140,13 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         title, fn, ref, samples, names = _setup(args)
-        rtol, atol = ops.TOL[DTYPES[args.dtype]]
+        rtol, atol = TOL[DTYPES[args.dtype]]
         tol = (rtol if args.rtol is None else args.rtol, atol if args.atol is None else args.atol)
         try:
             found = card(fn, ref, samples, names, tol, None if args.no_compile else args.backend)
         except verdict.CannotRun as err:
-            raise ops.OpChoiceError(f"{title.split(' against ')[0]}: {err}") from None
-    except ops.OpChoiceError as err:
+            raise OpRefused(f"{title.split(' against ')[0]}: {err}") from None
+    except OpRefused as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except SystemExit as err:  # an op's own sys.exit, outside the checked calls

@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import torch
 
+from fitting.slots import line
 from fitting.verdict import (
     Finding,
     Sample,
     call_on,
     compare_runs,
     leaves_of,
-    line,
     parts_of,
     run_op,
 )

@@ -50,7 +50,7 @@ class CNNTask:
     """Minibatches of batch_size from n_train images; validation MSE on n_val held-out images.
     The loss is the MSE of the standardized (a, b, c, d)."""
 
-    slots, name, reduction = ("conv_bn", "activation", "linear"), "cnn", "mean"
+    name, reduction = "cnn", "mean"
 
     def __init__(self, *, n_train: int, n_val: int, batch_size: int, image_size: int,
                  noise: float, channels: list[int], hidden: int, ops: Mapping[str, Callable],
@@ -76,7 +76,7 @@ class CNNTask:
         self.generator, self.start, self.next_step = generator, generator.get_state(), 0
         torch.manual_seed(seed)  # the model's initialization
         self.model = CurveCNN(image_size, list(channels), hidden, device=device, dtype=dtype,
-                              **{s: ops[s] for s in self.slots if s in ops})
+                              **ops)
 
     def batch(self, step: int) -> Batch:
         """Minibatch `step`: batch_size training images drawn with replacement, the same for a

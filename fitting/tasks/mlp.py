@@ -29,7 +29,7 @@ class MLPTask:
     """Fit of `target` at n_points evenly spaced x on [x_min, x_max] plus Gaussian noise of std
     `noise`; validation on the noiseless target at n_val points of the same range."""
 
-    slots, name, reduction = ("linear", "activation"), "mlp", "mean"
+    name, reduction = "mlp", "mean"
 
     def __init__(self, *, target: str, x_min: float, x_max: float, n_points: int, noise: float,
                  n_val: int, hidden: list[int], ops: Mapping[str, Callable],
@@ -48,7 +48,7 @@ class MLPTask:
         self.target, self.noise, self.sizes = target, noise, [1, *hidden, 1]
         torch.manual_seed(seed)  # the model's initialization
         self.model = MLP(1, list(hidden), 1, device=device, dtype=dtype,
-                         **{s: ops[s] for s in self.slots if s in ops})
+                         **ops)
 
     def batch(self, step: int) -> Batch:
         """The whole training set, every step."""

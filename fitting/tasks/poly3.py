@@ -19,7 +19,7 @@ class Poly3Task:
     """Full-batch fit of sin at n_points on [x_min, x_max] from the start `init` (a, b, c, d);
     no validation set. The data are made as the tutorial makes them, in `dtype`."""
 
-    slots, name, reduction = ("legendre_p3",), "poly3", "sum"
+    name, reduction = "poly3", "sum"
 
     def __init__(self, *, n_points: int, x_min: float, x_max: float, init: Mapping[str, float],
                  ops: Mapping[str, Callable], device: torch.device | str, dtype: torch.dtype,
@@ -30,7 +30,7 @@ class Poly3Task:
         x = torch.linspace(x_min, x_max, n_points, dtype=dtype)
         self.data: Batch = (x.to(device), torch.sin(x).to(device))
         self.model = Poly3(*(init[k] for k in "abcd"), device=device, dtype=dtype,
-                           **{s: ops[s] for s in self.slots if s in ops})
+                           **ops)
 
     def batch(self, step: int) -> Batch:
         """The whole data set, every step."""

@@ -14,10 +14,10 @@ from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from fitting.ops import describe_op
+from fitting.slots import SLOTS
+from fitting.slots import describe as describe_op
 from fitting.track.tensorboard import trial_id
 
-SLOTS = ("linear", "activation", "conv_bn", "legendre_p3")
 TASK_SLOTS = {"mlp": ("linear", "activation"), "cnn": ("conv_bn", "activation", "linear"),
               "poly3": ("legendre_p3",)}
 LOSSES = 1000.0 * 0.8 ** np.arange(10) + 9.0

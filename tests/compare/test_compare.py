@@ -12,7 +12,7 @@ from tensorboard.util.tensor_util import make_ndarray
 
 from fitting.compare import plot, report
 from fitting.compare.runs import pair, read_runs, terminal_table
-from fitting.ops import describe_op
+from fitting.slots import describe as describe_op
 from tests.compare.sweeps import LOSSES, files, write_run
 
 LEAKY = {"_target_": "torch.nn.functional.leaky_relu", "_partial_": True, "negative_slope": 0.1}

@@ -1,4 +1,4 @@
-"""The layers are drop-ins: Linear for nn.Linear, ReLU for nn.ReLU, FusedConvBN2d for
+"""The layers are drop-ins: Linear for nn.Linear, Activation for nn.Activation, FusedConvBN2d for
 nn.Sequential(nn.Conv2d(bias=False), nn.BatchNorm2d): same parameters, init, state_dict,
 outputs, gradients and (in training) running statistics."""
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.layers import FusedConvBN2d, Linear, ReLU
+from models.layers import Activation, FusedConvBN2d, Linear
 from models.ops import conv_bn_reference, fused_conv_bn2d, linear, relu
 from tests.ops.helpers import DEVICES
 
@@ -43,11 +43,11 @@ def test_the_layers_run_the_op_they_are_given():
         return F.linear(*args) if len(args) == 3 else torch.tanh(*args)
 
     assert Linear(2, 2, op=spy)(torch.ones(1, 2)).shape == (1, 2)
-    assert torch.equal(ReLU(op=spy)(torch.zeros(3)), torch.zeros(3))
+    assert torch.equal(Activation(op=spy)(torch.zeros(3)), torch.zeros(3))
     assert calls == [3, 1]
-    assert torch.equal(ReLU()(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
-    assert "op=linear" in repr(Linear(2, 2)) and repr(ReLU()) == "ReLU(op=relu)"
-    assert Linear(2, 2).op is linear and ReLU().op is relu
+    assert torch.equal(Activation()(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
+    assert "op=linear" in repr(Linear(2, 2)) and repr(Activation()) == "Activation(op=relu)"
+    assert Linear(2, 2).op is linear and Activation().op is relu
 
 
 def _pair(**kw) -> nn.Sequential:

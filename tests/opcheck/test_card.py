@@ -140,7 +140,7 @@ def test_an_op_with_arguments_takes_hydras_syntax(capsys):
     (U + "exits", f"error: ops.activation={U}exits: it called sys.exit(3)"),
     (U + "mse", "calling it on x, as the mlp calls it: TypeError"),
     ("torch.nn.functional:leaky_relu(negative_slope=0.1)", "not a SPEC in Hydra's override"),
-    ("no_such_module:fn", "no_such_module: ModuleNotFoundError"),
+    ("no_such_module:fn", "no_such_module:fn: ModuleNotFoundError"),
 ])
 def test_an_op_that_cannot_run_exits_2_with_one_line(capsys, spec, says):
     code, out = card(capsys, "activation", spec)

@@ -12,6 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from fitting.optim import GD, LM, Newton
+from fitting.slots import SLOTS
 from fitting.tasks import Poly3Task
 from fitting.tasks.optimum import TUTORIAL_OPTIMUM_LOSS
 from models.ops import legendre_p3, legendre_p3_reference
@@ -54,7 +55,7 @@ def optimizer_cfg(name: str, task: str = "poly3"):
 
 def poly3(dtype=torch.float32, p3=None) -> Poly3Task:
     cfg = OmegaConf.load(CONF / "task" / "poly3.yaml").task
-    ops = {} if p3 is None else {"legendre_p3": p3}
+    ops = {"legendre_p3": SLOTS["legendre_p3"].ours if p3 is None else p3}
     return instantiate(cfg, ops=ops, device="cpu", dtype=dtype, seed=0)
 
 

@@ -12,6 +12,7 @@ from hydra.utils import instantiate
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
+from fitting.slots import SLOTS
 from fitting.tasks import CNNTask, MLPTask, Poly3Task
 from fitting.tasks.optimum import TUTORIAL_OPTIMUM_LOSS, cubic_to_poly3, poly3_optimum
 from models.cnn import CurveCNN
@@ -28,7 +29,8 @@ SMALL_CNN = {"n_train": 64, "n_val": 16, "batch_size": 8}
 def build(name: str, seed: int = 0, dtype: torch.dtype = torch.float32, ops=None, **overrides):
     """The task as run.py builds it: instantiate(cfg.task, ops=, device=, dtype=, seed=)."""
     cfg = OmegaConf.merge(OmegaConf.load(CONF / "task" / f"{name}.yaml").task, overrides)
-    return instantiate(cfg, ops=ops or {}, device=torch.device("cpu"), dtype=dtype, seed=seed)
+    ops = {slot: (ops or {}).get(slot, SLOTS[slot].ours) for slot in cfg.ops}  # its slots only
+    return instantiate(cfg, ops=ops, device=torch.device("cpu"), dtype=dtype, seed=seed)
 
 
 @pytest.mark.parametrize(("name", "cls", "model", "overrides"), [

@@ -1,6 +1,7 @@
 """What a run does, end to end in this process: the tutorial's numbers, every task and impl, the
 optimizers that reach the optimum, a user's op, a run that diverges, and the closing lines."""
 
+import hashlib
 import logging
 import math
 import os
@@ -12,11 +13,15 @@ import pytest
 
 from fitting.loop import Stopped
 from fitting.tasks import Poly3Task
+from tests.helpers.train_cli import REPO
 from tests.train.helpers import go, results, saved
 
 OPTIMUM = 8.81716541000702  # the least-squares optimum of the tutorial's float64 data
 SMALL_CNN = ("task=cnn", "task.n_train=64", "task.n_val=16", "task.batch_size=8",
              "log.every=1")
+
+
+SWISH = "import torch\n\ndef swish(x):\n    return x * torch.sigmoid(x)\n"
 
 
 def lines(caplog: pytest.LogCaptureFixture, name: str = "fitting.run") -> list[str]:
@@ -74,18 +79,22 @@ def test_the_tutorials_own_legendre_function_reaches_the_optimum(optimizer, tmp_
     loss = go(tmp_path / "run", f"optimizer={optimizer}", "dtype=float64",
               "ops.legendre_p3=docs.examples.tutorial_ops:LegendrePolynomial3")
     assert loss == pytest.approx(OPTIMUM, rel=1e-13)
-    assert results(tmp_path / "run")["ops"] == {
-        "legendre_p3": "docs.examples.tutorial_ops:LegendrePolynomial3"}
+    done = results(tmp_path / "run")
+    source = (REPO / "docs" / "examples" / "tutorial_ops.py").read_bytes()
+    assert done["op_sources"] == {"legendre_p3": {
+        "file": str(REPO / "docs" / "examples" / "tutorial_ops.py"),
+        "sha256": hashlib.sha256(source).hexdigest()}}  # which version of the user's op ran
+    assert done["ops"] == {"legendre_p3": "docs.examples.tutorial_ops:LegendrePolynomial3 "
+                                          f"@{hashlib.sha256(source).hexdigest()[:8]}"}
 
 
 @pytest.mark.parametrize("choice, shown", [
-    ("my_ops:swish", "my_ops:swish"),
+    ("my_ops:swish", f"my_ops:swish @{hashlib.sha256(SWISH.encode()).hexdigest()[:8]}"),
     ("{_target_:torch.nn.functional.leaky_relu,_partial_:true,negative_slope:0.1}",
      "torch.nn.functional.leaky_relu(negative_slope=0.1)"),
 ])
 def test_a_user_op_trains_in_its_slot(choice, shown, tmp_path, monkeypatch):
-    (tmp_path / "my_ops.py").write_text(
-        "import torch\n\ndef swish(x):\n    return x * torch.sigmoid(x)\n")
+    (tmp_path / "my_ops.py").write_text(SWISH)
     monkeypatch.chdir(tmp_path)  # a <module>:<name> is imported from the current dir
     loss = go(tmp_path / "run", "task=mlp", "steps=5", f"ops.activation={choice}")
     assert math.isfinite(loss)
