@@ -97,8 +97,8 @@ def judged(row: list[Run]) -> list[tuple[list[Run], str | None, str]]:
         verdict, text = trains_same(finals(group), finals(ref), bool(done) and all(
             map(same_curve, done)))
         mine = [s for s in slots if ops.get(s) != ref[0].ops.get(s)]
-        out.append((group, verdict, f"{', '.join(f'{s}={ops[s]}' for s in mine)} ({jobs(group)})"
-                    f" vs {', '.join(str(ref[0].ops.get(s)) for s in mine)} ({jobs(ref)}): {text}"))
+        out.append((group, verdict, f"{', '.join(f'{s}={ops[s]}' for s in mine)} [{jobs(group)}]"
+                    f" vs {', '.join(str(ref[0].ops.get(s)) for s in mine)} [{jobs(ref)}]: {text}"))
     return out
 
 

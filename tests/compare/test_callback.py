@@ -38,14 +38,14 @@ def test_one_table_the_verdicts_the_jobs_that_did_not_complete_and_one_tensorboa
     table = terminal_table(runs).splitlines()
     assert lines[:len(table)] == table  # the numbers compare.md holds
     rest = " ".join(line.strip() for line in lines[len(table):])
-    assert rest.startswith("activation=custom (#0 #2) vs builtin (#1 #3): no spread to judge")
+    assert rest.startswith("activation=custom [#0 #2] vs builtin [#1 #3]: no spread to judge")
     assert rest.endswith(f"compare.md, compare.png: {tmp_path} "
                          f"did not complete: #2 (failed), #3 (running or killed) "
                          f"tensorboard --logdir {tmp_path}")
     assert len(glob.glob(str(tmp_path / "differences" / "*" / "events.out.tfevents.*"))) == 2
     md = (tmp_path / "compare.md").read_text()  # the full names, the verdict, each difference
     assert "| `2_a=custom,seed=1` | activation=custom |" in md
-    assert "- activation=custom (#0 #2) vs builtin (#1 #3): no spread to judge" in md
+    assert "- activation=custom [#0 #2] vs builtin [#1 #3]: no spread to judge" in md
     assert "- 0_a=custom − 1_a=builtin: max |Δ|" in md
 
 

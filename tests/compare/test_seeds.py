@@ -64,22 +64,22 @@ def sweep(tmp_path_factory):
 
 def test_a_sweep_over_seeds_says_per_op_whether_it_trains_the_same(sweep):
     stdout = report.report(str(sweep))
-    said = dict(line.split("): ", 1) for line in (sweep / "compare.md").read_text()
+    said = dict(line.split("]: ", 1) for line in (sweep / "compare.md").read_text()
                 .split("## Trains the same?")[1].split("\n## ")[0].splitlines()
                 if line.startswith("- "))
-    ref = "vs builtin (#0 #1 #2 #3 #4"
-    assert said[f"- activation=my_ops:same (#5 #6 #7 #8 #9) {ref}"].startswith("identical: ")
-    assert said[f"- activation=my_ops:approx (#10 #11 #12 #13 #14) {ref}"] == (
+    ref = "vs builtin [#0 #1 #2 #3 #4"
+    assert said[f"- activation=my_ops:same [#5 #6 #7 #8 #9] {ref}"].startswith("identical: ")
+    assert said[f"- activation=my_ops:approx [#10 #11 #12 #13 #14] {ref}"] == (
         "the same within the seed spread; final loss median 146.1 (136.1–186.2, n=5) vs the "
         "reference's 146.1 (136.1–186.2, n=5); ratio of medians 1; Welch p=1")
-    assert said[f"- activation=my_ops:worse (#15 #16 #17 #18 #19) {ref}"].startswith(
+    assert said[f"- activation=my_ops:worse [#15 #16 #17 #18 #19] {ref}"].startswith(
         "differs (p < 0.05); final loss median 438.2 (408.2–558.5, n=5) vs ")
-    assert said[f"- activation=my_ops:nan (#20 #21 #22 #23 #24) {ref}"].startswith(
+    assert said[f"- activation=my_ops:nan [#20 #21 #22 #23 #24] {ref}"].startswith(
         "differs: a final loss is not finite (a diverged run); ")
-    assert said["- activation=my_ops:approx (#26) vs builtin (#25"].startswith(
+    assert said["- activation=my_ops:approx [#26] vs builtin [#25"].startswith(
         "no spread to judge (sweep seed=0,1,2,3,4); final loss median 143.2 (n=1) vs the reference's 143.2 (n=1)")
     terminal = " ".join(stdout.split())  # the same lines, wrapped at 100 columns
-    assert all(" ".join(f"{k[2:]}): {v}".split()) in terminal for k, v in said.items())
+    assert all(" ".join(f"{k[2:]}]: {v}".split()) in terminal for k, v in said.items())
 
 
 def test_the_figure_draws_the_references_median_and_min_max_band(sweep):
@@ -110,5 +110,5 @@ def test_each_seed_is_compared_with_the_references_run_of_that_seed(tmp_path):
     write_run(tmp_path / "4_a", seed=0, activation="my_ops:a")
     report.report(str(tmp_path))
     md = (tmp_path / "compare.md").read_text()
-    assert "- activation=my_ops:a (#0 #2 #4) vs builtin (#3): no spread to judge" in md
-    assert "- activation=my_ops:b (#1) vs builtin (#3): no spread to judge" in md
+    assert "- activation=my_ops:a [#0 #2 #4] vs builtin [#3]: no spread to judge" in md
+    assert "- activation=my_ops:b [#1] vs builtin [#3]: no spread to judge" in md

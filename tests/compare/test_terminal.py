@@ -65,5 +65,5 @@ def test_two_versions_of_a_users_op_are_two_ops(tmp_path):
     stdout = report.report(str(tmp_path))
     assert f"\n#0 seed=0  {v1}  " in stdout and f"\n#1 seed=0  {v2}  " in stdout
     md = (tmp_path / "compare.md").read_text()
-    assert f"- activation={v1} (#0 #3) vs builtin (#2 #5): identical" in md
-    assert f"- activation={v2} (#1 #4) vs builtin (#2 #5): " in md
+    assert f"- activation={v1} [#0 #3] vs builtin [#2 #5]: identical" in md
+    assert f"- activation={v2} [#1 #4] vs builtin [#2 #5]: " in md
