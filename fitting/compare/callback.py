@@ -12,7 +12,6 @@ from hydra.experimental.callback import Callback
 # The HParams metric columns, as fitting.track.tensorboard.METRICS (a test keeps them equal).
 METRICS = ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
 SHORT = ("loss", "val loss", "step ms (median)", "saved B")  # every column fits in 1600 px
-DONE = ("completed", "converged")  # results.json's statuses of a job that ran to its end
 
 
 class SweepSummary(Callback):
@@ -23,21 +22,19 @@ class SweepSummary(Callback):
         os.environ["FITTING_SWEEP_DIR"] = os.path.abspath(str(config.hydra.sweep.dir))
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        """Print the table and the TensorBoard line; name the jobs that did not complete."""
+        """Print the table, the verdicts and the TensorBoard line; name the jobs that did not
+        complete; write compare.md, compare.png and the difference runs into the sweep."""
         from fitting.compare import runs as r
+        from fitting.compare.report import write_report
 
         logging.getLogger("tensorboard").setLevel(logging.WARNING)  # not a line per file read
         sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
         runs = r.read_runs(sweep_dir)
-        r.pair(runs)
         if runs:
-            print(r.runs_table(runs))
-        undone = [f"{r.shown(run.name)} ({run.status})" for run in runs if run.status not in DONE]
+            print(write_report(runs, sweep_dir, sweep_dir), end="")
+        undone = [f"{r.job(run)} ({run.status})" for run in runs if run.status not in r.DONE]
         if undone:
             print("did not complete: " + ", ".join(undone))
-        said = r.write_differences(runs, sweep_dir)
-        if said:
-            print(f"mine − reference ({r.DIFF_TAG}): " + "; ".join(said))
         write_experiment(runs, r.differing(runs))
         print(f"tensorboard --logdir {r.shown(sweep_dir)}", flush=True)
 
@@ -51,9 +48,10 @@ def write_experiment(runs: list, differing: list[str]) -> None:
 
     # SummaryWriter cannot set HParamInfo.differs: TensorBoard shows the columns marked so
     # first, and nothing else tells a reader which op a sweep varies. The columns are those
-    # fitting.track logs: `ops.<slot>` of each slot of the task (results.json's ops), `run`.
+    # fitting.track logs: `ops.<slot>` and `run`; every slot of the configs, not only this
+    # sweep's task's: of a logdir of sweeps TensorBoard shows one experiment, any sweep's.
     differs = {f"ops.{slot}" for slot in differing}
-    names = {f"ops.{slot}" for run in runs for slot in run.result.get("ops", ())} | {"run"}
+    names = {f"ops.{s}" for run in runs for s in [*run.config.get("ops", ()), *run.ops]} | {"run"}
     infos = [api_pb2.HParamInfo(name=n, type=api_pb2.DATA_TYPE_STRING, differs=n in differs)
              for n in sorted(names, key=lambda n: (n not in differs, n[:4] != "ops.", n))]
     metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag), display_name=short)

@@ -1,27 +1,19 @@
-"""compare.png: a row per experiment (its seeds together): each op choice's training loss, and
-how far each is from the reference's."""
+"""compare.png: a row per experiment (its seeds together): the reference's training loss as a
+band over seeds, each run of the other op choices over it, and how far each is from it."""
 
 from __future__ import annotations
 
-import json
 from functools import reduce
 
 import numpy as np
 
-from fitting.compare.runs import Run, differing, group_key, loss_gap, shown
+from fitting.compare.runs import Run, differing, loss_gap, shown
+from fitting.compare.seeds import experiments, judged
 
 MAX_ROWS = 6
 # The reference thick and light, mine thin and dashed on top: where they coincide, both show.
 REFERENCE = {"linewidth": 5.0, "alpha": 0.35, "linestyle": "-"}
 MINE = [{"linewidth": 1.4, "linestyle": dash} for dash in ("--", ":", "-.")]
-
-
-def rows(runs: list[Run]) -> list[list[Run]]:
-    """The runs (after `pair`) by experiment: alike but for ops and seed; those with pairs first."""
-    found: dict[str, list[Run]] = {}
-    for run in runs:
-        found.setdefault(group_key(run, "seed"), []).append(run)
-    return sorted(found.values(), key=lambda row: all(r.reference is None for r in row))
 
 
 def _band(series: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
@@ -49,28 +41,27 @@ def _say(ax, text: str) -> None:
 
 
 def _row(ax_loss, ax_gap, row: list[Run]) -> None:
-    refs = {json.dumps(r.reference.ops) for r in row if r.reference is not None}
-    variants: dict[str, list[Run]] = {}
-    for run in sorted(row, key=lambda r: json.dumps(r.ops) not in refs):  # the reference first
-        variants.setdefault(json.dumps(run.ops), []).append(run)
-    slots = differing(row)
-    gaps = False
-    for i, (key, group) in enumerate(variants.items()):
-        ref = key in refs
+    judgements, slots = judged(row), differing(row)
+    refs, gaps = judgements[0][1] == "ref", False
+    for i, (group, verdict, _) in enumerate(judgements):
         choices = ", ".join(f"{s}={group[0].ops.get(s)}" for s in slots) or "all runs alike"
-        label = ("ref: " if ref else "") + shown(choices)
-        style = REFERENCE if ref else MINE[(i - bool(refs)) % len(MINE)]  # the reference is 0
+        label = shown(("ref: " if verdict == "ref" else "") + choices +
+                      (f": {verdict}" if verdict not in (None, "ref") else ""))
         losses = [r.scalars.get("loss/train", ([], [])) for r in group]
-        _draw(ax_loss, losses, style, label, f"C{i}")
+        if verdict == "ref":  # the reference's seeds as a band, each of mine drawn over it
+            _draw(ax_loss, losses, REFERENCE, label, f"C{i}")
+        for j, (steps, values) in enumerate([] if verdict == "ref" else losses):
+            ax_loss.plot(steps, values, color=f"C{i}", label=None if j else label,
+                         **MINE[(i - refs) % len(MINE)])
         pairs = [loss_gap(r, r.reference) for r in group if r.reference is not None]
         rel = [(s, np.abs(g) / np.maximum(np.abs(v), 1e-300)) for s, g, v in pairs]
         if any(np.any(g > 0) for _, g in rel):
-            gaps |= _draw(ax_gap, rel, style, label, f"C{i}")
+            gaps |= _draw(ax_gap, rel, MINE[(i - refs) % len(MINE)], label, f"C{i}")
     first = row[0].result
     title = f"{first.get('task', '')} {first.get('optimizer', '')}".strip() or shown(row[0].name)
-    seeds = max(len(group) for group in variants.values())
-    ax_loss.set_title(f"{title}: loss/train" + (f" ({seeds} seeds: median, min–max)"
-                                                if seeds > 1 else ""), fontsize=10)
+    seeds = len(judgements[0][0])
+    ax_loss.set_title(f"{title}: loss/train" + (f" (reference: median, min–max of {seeds} seeds)"
+                                                if refs and seeds > 1 else ""), fontsize=10)
     ax_gap.set_title("|mine − reference| / |reference|", fontsize=10)
     ax_loss.set_yscale("log")
     ax_loss.legend(fontsize=8)
@@ -89,7 +80,7 @@ def figure(runs: list[Run]):
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # no display, no pyplot
     from matplotlib.figure import Figure
 
-    drawn = rows(runs)[:MAX_ROWS]
+    drawn = experiments(runs)[:MAX_ROWS]
     fig = Figure(figsize=(12, 3.2 * max(len(drawn), 1)), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(max(len(drawn), 1), 2, squeeze=False)

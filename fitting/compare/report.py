@@ -1,8 +1,9 @@
 """`python -m fitting.compare RUNS_DIR [--out DIR]`: compare runs that differ only in their ops.
 
 Pairs each run with its reference (the `builtin` run, else a `torch.` function, else the first
-job), prints the per-run and per-pair tables, writes compare.md, compare.png and the
-mine − reference runs (differences/) to RUNS_DIR, or all of them to DIR when given.
+job), prints the runs' table in 100 columns and whether each op trains the same over seeds,
+writes compare.md (the full names, the pairs), compare.png and the mine − reference runs
+(differences/) to RUNS_DIR, or all of them to DIR when given.
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
-from collections.abc import Callable
-from typing import BinaryIO
+import textwrap
 
 import numpy as np
 
 from fitting.compare.runs import (
+    DIFF_TAG,
     SAVED_BYTES,
     STEP_MS,
     fmt,
@@ -26,8 +26,11 @@ from fitting.compare.runs import (
     read_runs,
     runs_table,
     shown,
+    terminal_table,
     write_differences,
 )
+from fitting.compare.seeds import RULE, verdict_lines
+from fitting.files import write_atomic
 
 PROG = "python -m fitting.compare"
 PEAK = ("peak_bytes", "memory/peak_bytes", max)
@@ -40,8 +43,9 @@ NOTES = """\
 - max rel. Δloss: over the steps both logged, |mine − ref| / |ref| (TensorBoard's float32).
 - peak: `memory/peak_bytes` (tensor bytes of a step, opt-in), peak RSS: the process's.
 - status: results.json's; "running or killed" where the run wrote none.
-- compare.png: the reference thick and light, mine thin and dashed; the runs of several seeds
-  as a median with a min–max band."""
+- compare.png: the reference thick and light (over seeds: their median and min–max band),
+  each run of mine thin and dashed over it.
+- A user's op reads `module:name @<the first 8 hex of its file's sha256>` (results.json's)."""
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -64,43 +68,37 @@ def pairs_table(runs: list) -> str:
     return markdown(header, rows) if rows else "No pairs: no two runs differ only in their ops."
 
 
-def write_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
-    """`write` a temporary file beside `path`, then rename it over `path`: a failure or a kill
-    leaves the old file whole, never a truncated one."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o644)
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+def write_report(runs: list, root: str, out: str) -> str:
+    """Pair `runs` (of `root`); write compare.md, compare.png and differences/ to `out`; the
+    text for a terminal: the runs' table, each op's verdict over seeds, where the rest is."""
+    from fitting.compare.plot import figure
+
+    pair(runs)
+    os.makedirs(out, exist_ok=True)
+    said, verdicts = write_differences(runs, out), verdict_lines(runs)
+    md = (f"# Comparison of `{shown(root)}`\n\n## Runs\n\n{runs_table(runs)}\n\n"
+          f"## Pairs\n\n{pairs_table(runs)}\n")
+    if said:
+        md += f"\nmine − reference (differences/, {DIFF_TAG}):\n" + "".join(
+            f"- {line}\n" for line in said)
+    if verdicts:
+        md += f"\n## Trains the same?\n\n{RULE}\n\n" + "".join(f"- {v}\n" for v in verdicts)
+    md += f"\n## Notes\n\n{NOTES}\n\n![comparison](compare.png)\n"
+    write_atomic(os.path.join(out, "compare.png"), lambda f: figure(runs).savefig(f, format="png"))
+    write_atomic(os.path.join(out, "compare.md"), md.encode("utf-8"))
+    return "\n".join([terminal_table(runs), *(textwrap.fill(v, 100, subsequent_indent="    ")
+                                              for v in verdicts),
+                      f"compare.md, compare.png: {shown(out)}"]) + "\n"
 
 
 def report(root: str, out: str | None = None) -> str:
     """Compare the runs under `root`; write the files to `out` (default `root`); the text."""
-    from fitting.compare.plot import figure
-
     runs = read_runs(root)
     if not runs:
         raise FileNotFoundError(f"no run dir (one with .hydra/config.yaml or results.json) in "
                                 f"{shown(os.fsdecode(root))}; pass a sweep or run dir of train.py")
-    pair(runs)
-    out = os.path.abspath(os.fsdecode(out or root))
-    os.makedirs(out, exist_ok=True)
-    said = write_differences(runs, out)
-    tables = f"## Runs\n\n{runs_table(runs)}\n\n## Pairs\n\n{pairs_table(runs)}\n"
-    if said:
-        tables += "\nmine − reference (differences/, loss/train_diff):\n" + "".join(
-            f"- {line}\n" for line in said)
-    md = (f"# Comparison of `{shown(os.path.abspath(os.fsdecode(root)))}`\n\n{tables}\n"
-          f"## Notes\n\n{NOTES}\n\n![comparison](compare.png)\n")
-    write_atomic(os.path.join(out, "compare.png"), lambda f: figure(runs).savefig(f, format="png"))
-    write_atomic(os.path.join(out, "compare.md"), lambda f: f.write(md.encode("utf-8")))
-    return f"{tables}\nwrote {shown(os.path.join(out, 'compare.md'))} and compare.png\n"
+    root = os.path.abspath(os.fsdecode(root))
+    return write_report(runs, root, os.path.abspath(os.fsdecode(out or root)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +13,10 @@ from typing import Any
 import numpy as np
 import yaml
 
+from fitting.files import replace_dir
+
 DIFF_TAG = "loss/train_diff"
+DONE = ("completed", "converged")  # results.json's statuses of a job that ran to its end
 # Every scalar; one image and histogram per tag (reading them is the cost, keeping them memory).
 SIZE_GUIDANCE = {"scalars": 0, "images": 1, "histograms": 1, "compressedHistograms": 1}
 # A run's numbers (Run.number): results.json's key, else the tag's logged values.
@@ -32,8 +34,9 @@ class Run:
     config: dict[str, Any]
     result: dict[str, Any]
     scalars: dict[str, tuple[np.ndarray, np.ndarray]]
-    ops: dict[str, str]  # each slot's op choice as text
+    ops: dict[str, str]  # each slot's op choice as text (a user's op: `text @<its file's hash>`)
     status: str  # results.json's (completed, diverged, ...), else running or killed
+    overrides: list[str]  # the job's command-line overrides (.hydra/overrides.yaml)
     reference: Run | None = None
 
     def number(self, key: str, tag: str, pick=lambda values: values[-1]) -> float | None:
@@ -93,11 +96,13 @@ def read_runs(root: str | os.PathLike) -> list[Run]:
         name = os.path.relpath(path, os.path.dirname(root) if path == root else root)
         config = _load(config, lambda f: yaml.load(f, _Loader)) or {}
         result = _load(os.path.join(path, "results.json"), json.load) or {}
-        ops = config.get("ops", {})
-        slots = result.get("ops") or ops  # the task's slots, once it has run
-        runs.append(Run(name, path, config, result, _scalars(path),
-                        {s: _op_text(c, config) for s, c in ops.items() if s in slots},
-                        str(result.get("status", "running or killed"))))
+        ops, done = config.get("ops", {}), result.get("ops") or {}  # the task's slots, once run
+        # results.json's text, once run: it names the version of a user's op (its file's hash).
+        ops = {s: str(done[s]) if s in done else _op_text(ops[s], config) for s in done or ops}
+        overrides = _load(os.path.join(path, ".hydra", "overrides.yaml"),  # a list: as dict keys
+                          lambda f: dict.fromkeys(yaml.load(f, _Loader) or ())) or {}
+        runs.append(Run(name, path, config, result, _scalars(path), ops,
+                        str(result.get("status", "running or killed")), list(overrides)))
     return runs
 
 
@@ -113,15 +118,20 @@ def differing(runs: list[Run]) -> list[str]:
     return [s for s in slots if len({r.ops[s] for r in runs if s in r.ops}) > 1]
 
 
+def reference(runs: list[Run]) -> Run:
+    """Of runs differing only in ops (and seed): the builtin run, else torch.'s, else the first."""
+    slots = differing(runs)
+    return max(runs, key=lambda r: (sum(r.ops.get(s) == "builtin" for s in slots),
+                                    sum(r.ops.get(s, "").startswith("torch.") for s in slots)))
+
+
 def pair(runs: list[Run]) -> None:
     """Set each run's `reference`: of runs differing only in ops, builtin, torch. or the first."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(group_key(run), []).append(run)
     for group in groups.values():
-        slots = differing(group)
-        ref = max(group, key=lambda r: (sum(r.ops.get(s) == "builtin" for s in slots),
-                                        sum(r.ops.get(s, "").startswith("torch.") for s in slots)))
+        ref = reference(group)
         for run in group:
             run.reference = ref if run.ops != ref.ops else None
 
@@ -144,23 +154,60 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
                      for cells in [header, ["---"] * len(header), *rows])
 
 
+def _numbers(run: Run, refs: set[int]) -> list[str]:
+    """A run's cells after its name and ops: final loss, Δ, step ms, × ref, saved bytes, status."""
+    ref, loss, ms = run.reference, run.number(*FINAL_LOSS), run.number(*STEP_MS)
+    delta = times = "ref" if id(run) in refs else ""
+    if ref is not None:
+        ref_loss = ref.number(*FINAL_LOSS)
+        delta = fmt(None if None in (loss, ref_loss) else loss - ref_loss, ".3g")
+        ref_ms = ref.number(*STEP_MS)
+        times = fmt(ms / ref_ms if ms is not None and ref_ms else None, ".3f")
+    return [fmt(loss, ".6g"), delta, fmt(ms, ".4g"), times, fmt(run.number(*SAVED_BYTES), ",.0f"),
+            run.status]
+
+
 def runs_table(runs: list[Run]) -> str:
     """The per-run markdown table (after `pair`); ops: the choices that differ across runs."""
     slots, refs = differing(runs), {id(r.reference) for r in runs}
-    rows = []
-    for run in runs:
-        ref, loss, ms = run.reference, run.number(*FINAL_LOSS), run.number(*STEP_MS)
-        delta = times = "ref" if id(run) in refs else ""
-        if ref is not None:
-            ref_loss = ref.number(*FINAL_LOSS)
-            delta = fmt(None if None in (loss, ref_loss) else loss - ref_loss, ".3g")
-            ref_ms = ref.number(*STEP_MS)
-            times = fmt(ms / ref_ms if ms is not None and ref_ms else None, ".3f")
-        ops = ", ".join(f"{s}={c}" for s, c in run.ops.items() if s in slots or not slots)
-        rows.append([f"`{shown(run.name)}`", shown(ops), fmt(loss, ".6g"), delta, fmt(ms, ".4g"),
-                     times, fmt(run.number(*SAVED_BYTES), ",.0f"), run.status])
+    rows = [[f"`{shown(run.name)}`",
+             shown(", ".join(f"{s}={c}" for s, c in run.ops.items() if s in slots or not slots)),
+             *_numbers(run, refs)] for run in runs]
     return markdown(["job", "ops", "final loss", "Δ loss vs ref", "step ms (median)", "× ref",
                      "saved bytes", "status"], rows)
+
+
+def job(run: Run) -> str:
+    """The run's name, a sweep job's dir (`3_seed=1,...`) cut to its number: `#3`."""
+    return shown(re.sub(r"(^|/)(\d+)_[^/]*$", r"\1#\2", run.name))
+
+
+def terminal_table(runs: list[Run], width: int = 100) -> str:
+    """The per-run table (after `pair`) aligned in `width` columns: the job's number and the
+    overrides that differ but ops, a column per op slot that differs, ops by their short name."""
+    from tabulate import tabulate
+
+    slots, refs = differing(runs), {id(r.reference) for r in runs}
+    same = set.intersection(*(set(r.overrides) for r in runs))
+    rows = [[" ".join([job(run), *(shown(o) for o in run.overrides if o not in same and not
+                                   re.match(r"[+~]?(ops\.|impl=)", o))]),
+             *(shown(re.sub(r"^(\w+\.)+(?=\w+\()", "", run.ops.get(s, ""))) for s in slots),
+             *_numbers(run, refs)] for run in runs]
+    header = ["job", *slots, "final\nloss", "Δ vs\nref", "step\nms", "×\nref", "saved\nbytes",
+              "status"]  # two lines: tabulate pads a header by two
+    texts = len(slots) + 1
+    caps = [max(map(len, column)) for column in list(zip(header, *rows, strict=True))[:texts]]
+    while True:  # the widest text column wraps until the table fits; numbers never do
+        cut = [[re.sub(r"(?<=[(:])(?=.)", "\n", c) if 0 < k < texts and len(c) > caps[k] else c
+                for k, c in enumerate(row)] for row in rows]  # an op: after its module, "(" first
+        table = tabulate(cut, header, disable_numparse=True, maxcolwidths=caps + [None] * 6,
+                         maxheadercolwidths=caps + [None] * 6,
+                         colalign=["left"] * texts + ["right"] * 5 + ["left"])
+        over = max(map(len, table.splitlines())) - width
+        if over <= 0 or max(caps) <= 6:
+            return table
+        for _ in range(over):
+            caps[caps.index(max(caps))] -= 1
 
 
 def write_differences(runs: list[Run], out: str) -> list[str]:
@@ -182,7 +229,6 @@ def write_differences(runs: list[Run], out: str) -> list[str]:
                 for step, value in zip(steps.tolist(), gap.tolist(), strict=True):
                     writer.add_scalar(DIFF_TAG, value, step, description=said)
                 writer.close()
-        shutil.rmtree(os.path.join(out, "differences"), ignore_errors=True)
-        if os.path.isdir(staged):
-            shutil.copytree(staged, os.path.join(out, "differences"))
+        os.makedirs(staged, exist_ok=True)  # no pairs: an empty differences/
+        replace_dir(os.path.join(out, "differences"), staged)
     return lines

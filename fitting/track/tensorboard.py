@@ -89,7 +89,8 @@ class TensorBoard:
     def hparams(self, ops: Mapping[str, str], run: str) -> None:
         """This run's row in the HParams table: one column per op slot ('ops.<slot>') and `run`
         (the rest of the run's choices), written into this run itself, not into add_hparams'
-        timestamped sub-run."""
+        timestamped sub-run; its Trial ID: trial_id(log_dir)."""
+        from tensorboard.plugins.hparams.summary_v2 import hparams_pb  # the api module's
         from torch.utils.tensorboard.summary import hparams
 
         values: dict[str, Any] = {f"ops.{slot}": text for slot, text in ops.items()}
@@ -97,8 +98,8 @@ class TensorBoard:
         # The session only, not the experiment (the table's columns): TensorBoard takes the
         # first experiment it finds, so one per run would hide the sweep's (fitting.compare's
         # callback: METRICS, and which columns differ). With none, it makes one from the runs.
-        _, start, end = hparams(values, dict.fromkeys(METRICS, 0.0))
-        for summary in (start, end):
+        _, _, end = hparams(values, {})
+        for summary in (hparams_pb(values, trial_id=trial_id(self.log_dir)), end):
             self.writer.file_writer.add_summary(summary)
 
     def flush(self) -> None:
@@ -108,6 +109,15 @@ class TensorBoard:
     def close(self) -> None:
         """Flush and close the event file."""
         self.writer.close()
+
+
+def trial_id(log_dir: Path) -> str:
+    """Short, unique in a logdir of sweeps: a job's `21-05-33 #0 impl=custom` (its sweep's time,
+    number, overrides), else the run dir's parent and name (`2026-11-27 21-05-33-…`)."""
+    job, time = re.fullmatch(r"(\d+)_(.*)", log_dir.name), log_dir.parent.name
+    time = re.sub(r"^(\d\d-\d\d-\d\d)-\d+$", r"\1", time) if job else time  # %H-%M-%S-%f
+    text = f"{time} #{job[1]} {job[2]}" if job else f"{time} {log_dir.name}"
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def grad_norm(params: Iterable[torch.Tensor]) -> float:

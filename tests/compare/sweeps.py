@@ -3,42 +3,61 @@ SummaryWriter (scalars and the HParams session, as fitting.track writes them), r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import yaml
+from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 from fitting.slots import SLOTS
 from fitting.slots import describe as describe_op
+from fitting.track.tensorboard import trial_id
 
+TASK_SLOTS = {"mlp": ("linear", "activation"), "cnn": ("conv_bn", "activation", "linear"),
+              "poly3": ("legendre_p3",)}
 LOSSES = 1000.0 * 0.8 ** np.arange(10) + 9.0
 
 
 def write_run(run_dir: str | bytes | os.PathLike, *, status: str | None = "completed",
               losses: np.ndarray = LOSSES, step_ms: float = 2.0, saved_bytes: float = 48_000,
               peak_bytes: float | None = None, lr: float = 1e-3, seed: int = 0,
-              impl: str = "custom", **ops: object) -> str:
-    """One mlp run dir; `ops` are the op choices (the other slots follow `impl`, as Hydra
-    saves them: '${impl}'); status=None: no results.json (a run still running, or killed)."""
+              impl: str = "custom", task: str = "mlp", sources: dict[str, str] | None = None,
+              **ops: object) -> str:
+    """One run dir of `task`; `ops` are the op choices (the other slots follow `impl`, as Hydra
+    saves them: '${impl}'); status=None: no results.json (a run still running, or killed);
+    `sources`: slot -> the text of a user op's file, whose hash results.json's op text ends with."""
     run_dir = os.fsdecode(run_dir)
-    config = {"task": {"_target_": "fitting.tasks.MLPTask", "hidden": [8, 8]},
+    config = {"task": {"_target_": f"fitting.tasks.{task.upper()}Task", "hidden": [8, 8]},
               "optimizer": {"_target_": "torch.optim.Adam", "_partial_": True, "lr": lr},
               "impl": impl, "ops": {slot: ops.get(slot, "${impl}") for slot in SLOTS},
               "seed": seed, "steps": 10}
-    ops = {slot: describe_op(ops.get(slot, impl)) for slot in ("linear", "activation")}
+    overrides = [f"ops.{slot}={describe_op(c)}" for slot, c in ops.items()] + [
+        f"optimizer.lr={lr}", f"seed={seed}"]
+    ops = {slot: describe_op(ops.get(slot, impl)) for slot in TASK_SLOTS[task]}
+    op_sources = {}
+    for slot, text in (sources or {}).items():
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        ops[slot] += f" @{digest[:8]}"
+        op_sources[slot] = {"file": f"/home/me/{ops[slot].split(':')[0]}.py", "sha256": digest}
     os.makedirs(os.path.join(run_dir, ".hydra"))
     with open(os.path.join(run_dir, ".hydra", "config.yaml"), "w") as f:
         yaml.safe_dump(config, f)
+    with open(os.path.join(run_dir, ".hydra", "overrides.yaml"), "w") as f:
+        yaml.safe_dump(overrides, f)
     # SummaryWriter opens only UTF-8 paths: write elsewhere and move the file in.
     tmp = os.path.join(os.path.dirname(run_dir) or ".", ".events")
     with SummaryWriter(tmp) as writer:
         values = {f"ops.{slot}": text for slot, text in ops.items()}
         # The session alone, as fitting.track writes it: the experiment is the sweep's end's.
-        _, start, end = hparams({**values, "run": f"lr={lr} seed={seed}"}, {"loss/train": 0.0})
-        for summary in (start, end):
+        values["run"] = f"lr={lr} seed={seed}"
+        _, _, end = hparams(values, {})
+        trial = trial_id(Path(run_dir.encode("utf-8", "replace").decode()))  # TensorBoard's
+        for summary in (hparams_pb(values, trial_id=trial), end):
             writer.file_writer.add_summary(summary)
         for step, loss in enumerate(losses):
             writer.add_scalar("loss/train", loss, step)
@@ -53,8 +72,8 @@ def write_run(run_dir: str | bytes | os.PathLike, *, status: str | None = "compl
         with open(os.path.join(run_dir, "results.json"), "w") as f:
             json.dump({"status": status, "final_loss": float(losses[-1]) if len(losses) else None,
                        "step_ms_median": step_ms, "saved_bytes": saved_bytes,
-                       "peak_rss_bytes": 1e8, "task": "mlp", "optimizer": "adam",
-                       "ops": ops}, f)
+                       "peak_rss_bytes": 1e8, "task": task, "optimizer": "adam",
+                       "ops": ops, **({"op_sources": op_sources} if op_sources else {})}, f)
     return run_dir
 
 

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util.tensor_util import make_ndarray
 
 from fitting.compare import plot, report
-from fitting.compare.runs import pair, read_runs
+from fitting.compare.runs import pair, read_runs, terminal_table
 from fitting.slots import describe as describe_op
 from tests.compare.sweeps import LOSSES, files, write_run
 
@@ -50,9 +50,11 @@ def sweep(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def compared(sweep, tmp_path_factory):
-    """`python -m fitting.compare SWEEP --out OUT`: (out dir, stdout, the sweep's files before)."""
+    """`python -m fitting.compare SWEEP --out OUT`: (out dir, compare.md, stdout, the sweep's
+    files before)."""
     before, out = files(sweep), tmp_path_factory.mktemp("out")
-    return out, report.report(str(sweep), str(out)), before
+    stdout = report.report(str(sweep), str(out))
+    return out, (out / "compare.md").read_text(), stdout, before
 
 
 def test_each_run_against_its_reference(sweep):
@@ -110,11 +112,12 @@ def test_pairs_table(compared):
 
 
 def test_files_go_to_out_and_nothing_into_the_runs_dir(compared, sweep):
-    out, stdout, before = compared
+    out, _, stdout, before = compared
     assert files(sweep) == before
-    md = (out / "compare.md").read_text()
-    assert table(md, "## Runs") == table(stdout, "## Runs")
-    assert table(md, "## Pairs") == table(stdout, "## Pairs")
+    runs = read_runs(sweep)
+    pair(runs)
+    assert stdout.startswith(terminal_table(runs) + "\n")
+    assert stdout.endswith(f"compare.md, compare.png: {out}\n")
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
     assert sorted(os.listdir(out)) == ["compare.md", "compare.png", "differences"]
 
@@ -124,7 +127,8 @@ def test_difference_runs_say_identical_and_missing(tmp_path):
     write_run(tmp_path / "1_ref", activation="builtin")
     write_run(tmp_path / "2_other", activation="my_ops:other", losses=LOSSES + 1.0)
     write_run(tmp_path / "3_none", activation="my_ops:none", losses=LOSSES[:0])
-    text = report.report(str(tmp_path))
+    report.report(str(tmp_path))
+    text = (tmp_path / "compare.md").read_text()
     assert "0_same − 1_ref: identical at all 10 common steps (a flat line at 0)" in text
     assert "2_other − 1_ref: max |Δ| 1" in text
     assert "3_none − 1_ref: missing (no step logged by both)" in text
@@ -142,7 +146,7 @@ def test_a_non_utf8_dir_name(tmp_path, capsys):
     write_run(root + b"/0_a=\xff\xfe", activation="my_ops:mine")
     write_run(root + b"/1_a=builtin", activation="builtin")
     assert report.main([os.fsdecode(root)]) == 0
-    assert "| `0_a=??` | activation=my_ops:mine |" in capsys.readouterr().out
+    assert "\n#0     my_ops:mine " in capsys.readouterr().out
     assert "| `0_a=??` |" in (tmp_path / "compare.md").read_text()
     assert os.listdir(tmp_path / "differences") == ["0_a=_minus_1_a=builtin"]
 
@@ -177,7 +181,7 @@ def test_no_runs_is_one_line_and_exit_2(tmp_path, capsys):
     assert err.startswith("python -m fitting.compare: error: no run dir")
 
 
-def test_figure_reference_thick_mine_dashed_seeds_as_band(tmp_path):
+def test_figure_reference_thick_as_a_band_mine_thin_and_dashed_per_seed(tmp_path):
     for seed in range(3):
         write_run(tmp_path / f"{2 * seed}_mine", seed=seed, losses=LOSSES * (1 + 0.01 * seed))
         write_run(tmp_path / f"{2 * seed + 1}_ref", seed=seed, activation="builtin")
@@ -185,9 +189,10 @@ def test_figure_reference_thick_mine_dashed_seeds_as_band(tmp_path):
     pair(runs)
     fig = plot.figure(runs)
     loss, gap = fig.axes
-    ref, mine = loss.get_lines()
+    ref, *mine = loss.get_lines()
     assert ref.get_label() == "ref: activation=builtin" and ref.get_linewidth() == 5.0
-    assert ref.get_alpha() == 0.35 and mine.get_linestyle() == "--"
-    assert len(loss.collections) == 2  # a min–max band per op choice
-    assert "3 seeds: median, min–max" in loss.get_title()
+    assert ref.get_alpha() == 0.35 and len(loss.collections) == 1  # the reference's band
+    assert [line.get_linestyle() for line in mine] == ["--"] * 3  # a line per seed
+    assert mine[0].get_label() == "activation=custom: same"  # within the seed spread
+    assert "reference: median, min–max of 3 seeds" in loss.get_title()
     assert len(gap.get_lines()) == 1

@@ -51,6 +51,25 @@ def get_json(url: str) -> object:
         return json.load(response)
 
 
+def post_json(url: str, body: dict) -> object:
+    """POST `body` as JSON (how the HParams dashboard asks its plugin); the JSON answer."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.load(response)
+
+
+def hparams_table(base: str) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """What the HParams dashboard shows: its columns, and each Trial ID's row (hparam values)."""
+    experiment = post_json(base + "data/plugin/hparams/experiment", {"experimentName": ""})
+    groups = post_json(base + "data/plugin/hparams/session_groups", {
+        "experimentName": "", "startIndex": 0, "sliceSize": 1000, "colParams": [],
+        "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                            "STATUS_RUNNING"]})
+    return ([h["name"] for h in experiment["hparamInfos"]],
+            {g["name"]: g["hparams"] for g in groups["sessionGroups"]})
+
+
 def wait_for_runs(base: str, runs: dict[str, set[str]], deadline: float) -> dict:
     """Poll /data/runs and the scalars tags until every run shows its expected tags."""
     last: object = None

@@ -3,8 +3,6 @@ layout (train and val apart), the figure, all read back with TensorBoard's own r
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from google.protobuf.json_format import MessageToDict
@@ -54,11 +52,19 @@ def test_scalar_parameters_are_logged_as_params_and_grad_norm_is_their_total():
     assert grad_norm([torch.zeros(2)]) == 0.0
 
 
-def test_hparams_session_is_in_the_run_itself_and_leaves_the_columns_to_the_sweep(tmp_path):
+@pytest.mark.parametrize(("run_dir", "trial"), [
+    ("multirun/2026-11-27/21-05-33-123456/0_impl=custom", "21-05-33 #0 impl=custom"),
+    ("multirun/2026-11-27/21-05-33-123456/12_ops.activation=my_ops:swish_with_a_long_name,"
+     "seed=3", "21-05-33 #12 ops.activation=my_ops:swish_with_a_long_name,s…"),
+    ("2026-11-27/21-05-33-123456", "2026-11-27 21-05-33-123456"),
+])
+def test_hparams_session_is_in_the_run_itself_and_leaves_the_columns_to_the_sweep(
+        tmp_path, run_dir, trial):
     ops = {"linear": "custom", "activation": "torch.nn.functional.leaky_relu(negative_slope=0.1)"}
-    with TensorBoard(tmp_path) as tb:
+    with TensorBoard(tmp_path / run_dir) as tb:
         tb.hparams(ops, "mlp adam lr=0.001 steps=3 seed=0 float32 cpu")
         tb.scalars(0, STEP)
+    tmp_path = tmp_path / run_dir
     content = read(tmp_path).PluginTagToContent("hparams")
     # No experiment (the columns): TensorBoard would take one run's and hide the sweep's.
     assert set(content) == {"_hparams_/session_start_info", "_hparams_/session_end_info"}
@@ -67,6 +73,7 @@ def test_hparams_session_is_in_the_run_itself_and_leaves_the_columns_to_the_swee
     values = {name: v.string_value for name, v in start.hparams.items()}
     assert values == {"ops.linear": "custom", "ops.activation": ops["activation"],
                       "run": "mlp adam lr=0.001 steps=3 seed=0 float32 cpu"}
+    assert start.group_name == trial  # HParams' Trial ID: the sweep's time and the job
     assert [p for p in tmp_path.iterdir() if p.is_dir()] == []
     assert METRICS == ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
 
@@ -99,6 +106,7 @@ def test_figure_is_saved_as_png_and_logged(tmp_path):
 
 
 def test_a_failed_png_write_leaves_the_previous_png_and_no_tmp(tmp_path, monkeypatch):
+    from fitting import files
     from fitting.track import figures
 
     fig = Figure(figsize=(1, 1))
@@ -109,7 +117,7 @@ def test_a_failed_png_write_leaves_the_previous_png_and_no_tmp(tmp_path, monkeyp
     def full_disk(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(os, "replace", full_disk)
+    monkeypatch.setattr(files.os, "replace", full_disk)
     with pytest.raises(OSError, match="No space"):
         figures.save_png(fig, png)
     assert png.read_bytes() == before
