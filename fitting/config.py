@@ -3,6 +3,7 @@ checks and conf/config.yaml's resolvers. A task's and an optimizer's keys are th
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
@@ -98,6 +99,9 @@ def check(cfg: Any) -> None:
             raise ConfigError(f"{key} must be >= {low}, got {value}")
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed must be in [-2**63, 2**64), got {cfg.seed}")
+    for key, value in cfg.optimizer.items():  # an lr of 1e309 is inf to YAML: no step is right
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"optimizer.{key} must be a finite number, got {value}")
     import torch  # here: the other checks answer before torch is imported
 
     if cfg.device == "cuda" and not torch.cuda.is_available():

@@ -242,13 +242,18 @@ def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[
 
 @contextmanager
 def _as_config_error() -> Iterator[None]:
-    """A range check's ValueError, a wrong key's TypeError, a bad _target_: a ConfigError."""
+    """A range check's ValueError, a wrong key's TypeError, a bad _target_, a task too large
+    to allocate: a ConfigError."""
     try:
         yield
     except InstantiationException as err:
-        if not isinstance(err.__cause__, ValueError | TypeError | ImportError):
+        cause = err.__cause__
+        if isinstance(cause, MemoryError | RuntimeError) and "allocate" in str(cause):
+            raise ConfigError(f"the task does not fit in memory ({short(cause, 200)}); make "
+                              "it smaller (task.n_points, task.n_train, ...)") from None
+        if not isinstance(cause, ValueError | TypeError | ImportError):
             raise
-        raise ConfigError(short(err.__cause__, 300)) from None
+        raise ConfigError(short(cause, 300)) from None
     except (ValueError, ImportError) as err:
         raise ConfigError(short(err, 300)) from None
 

@@ -20,6 +20,9 @@ from tests.train.helpers import go, same_weights
     (["task=mlp", "task.hidden=[64,0]"], "task.hidden must be"),
     (["ops.legendre_p3=no_such_module:fn"], "No module named"),
     (["task=mlp", "task.target=" + "x" * 200_000], "task.target must be"),
+    (["task.n_points=1000000000000"], "the task does not fit in memory ("),
+    (["task=mlp", "optimizer.lr=1e309"], "optimizer.lr must be a finite number, got inf"),
+    (["optimizer.lr=nan"], "optimizer.lr must be a finite number, got nan"),
 ])
 def test_a_config_error_is_one_line_exit_2_and_leaves_no_run_dir(args, message, tmp_path,
                                                                   train_cli):
