@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fitting.config import CHECKPOINT, REPO_ROOT, ConfigError
 
-LOCK, FORMAT = "run.lock", 3  # bump FORMAT when the payload changes: old ones are refused
+LOCK, FORMAT = "run.lock", 4  # bump FORMAT when the payload changes: old ones are refused
 KEPT = ("steps", "log", "ckpt", "threads", "on_nonfinite", "profile")  # a resume may change
 
 
@@ -31,15 +31,16 @@ class Checkpoint:
     """The run's checkpoint.pt; `saved` is the step of the last one written (None: none yet)."""
 
     def __init__(self, run_dir: Path, cfg: DictConfig, task: Any, optimizer: Any,
-                 saved: int | None = None) -> None:
+                 saved: int | None = None, scheduler: Any = None) -> None:
         self.path, self.config = run_dir / CHECKPOINT, plain(cfg)
-        self.task, self.optimizer, self.saved = task, optimizer, saved
+        self.task, self.optimizer, self.saved, self.scheduler = task, optimizer, saved, scheduler
 
     def save(self, loop: dict[str, Any], status: str) -> None:
         """Write model, optimizer, RNG and loop state whole; `status` says why."""
         payload = {"format": FORMAT, "status": status, "step": loop["step"], "loop": loop,
                    "config": self.config, "model": self.task.model.state_dict(),
                    "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
+                   "scheduler": self.scheduler and self.scheduler.state_dict(),
                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
                    else []}
         buffer = io.BytesIO()  # serialized first: a full disk is then an OSError naming the file
@@ -73,7 +74,8 @@ def resume_command(run_dir: Path) -> str:
     return 'python train.py "resume=' + repr(str(run_dir)).replace('"', '\\"') + '"'
 
 
-def restored(run_dir: Path, cfg: DictConfig, task: Any, optimizer: Any) -> dict[str, Any] | None:
+def restored(run_dir: Path, cfg: DictConfig, task: Any, optimizer: Any,
+             scheduler: Any = None) -> dict[str, Any] | None:
     """The loop state of the checkpoint this run continues (resume=, or a requeued job: the same
     config), model, optimizer and RNGs put back (batches replay by step); None: a fresh start."""
     path = run_dir / CHECKPOINT
@@ -105,6 +107,8 @@ def restored(run_dir: Path, cfg: DictConfig, task: Any, optimizer: Any) -> dict[
     try:
         task.model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(payload["scheduler"])
     except (KeyError, RuntimeError, ValueError) as err:
         raise ConfigError(f"checkpoint.pt does not fit this task or optimizer ({short(err)})") \
             from None

@@ -136,8 +136,10 @@ class Signals:
 
 
 def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], None],
-          state: State, signals: Signals, forward: Callable, prof: Any, times: list[float]) -> None:
-    """Steps state.step .. cfg.steps − 1 (ms into `times`, sorted) until converged or stopped."""
+          state: State, signals: Signals, forward: Callable, prof: Any, times: list[float],
+          scheduler: Any = None) -> None:
+    """Steps state.step .. cfg.steps − 1 (ms into `times`, sorted) until converged or stopped;
+    `scheduler` (an lr schedule) is stepped after each."""
     named, steps, every = list(task.model.named_parameters()), cfg.steps, cfg.log
     dtype, device = named[0][1].dtype, named[0][1].device
     rtol = 4 * torch.finfo(dtype).eps if cfg.stop.rtol is None else cfg.stop.rtol
@@ -157,6 +159,9 @@ def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], No
                 optimizer.step(closure)
             ms = (time.perf_counter() - t_step) * 1e3
             bisect.insort(times, ms)
+            lr = scheduler and scheduler.get_last_lr()[0]  # the lr this step ran with
+            if scheduler is not None:
+                scheduler.step()
             state.record(closure.loss, time.perf_counter() - t0, logged, rtol, cfg.stop.patience)
             if logged:
                 state.saved_bytes = closure.saved_bytes
@@ -167,6 +172,8 @@ def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], No
                 values |= {f"optim/{k}": v for k, v in getattr(optimizer, "last_stats", {}).items()}
                 if closure.grad_norm is not None:
                     values["optim/grad_norm"] = closure.grad_norm.item()
+                if scheduler is not None:
+                    values["optim/lr"] = lr
                 if peak is not None:
                     values["memory/peak_bytes"] = peak.bytes
                     next_peak = (step // every.memory_every + 1) * every.memory_every

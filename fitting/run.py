@@ -74,9 +74,13 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> float:
         task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
                            _convert_="all")
         optimizer = instantiate(cfg.optimizer)(task.model.named_parameters())
-    loop = restored(out, cfg, task, optimizer)
+        if cfg.scheduler and "lr" not in optimizer.defaults:
+            raise ConfigError(f"optimizer={info['optimizer']} has no lr to schedule; "
+                              "scheduler=none")
+        scheduler = instantiate(cfg.scheduler)(optimizer) if cfg.scheduler else None
+    loop = restored(out, cfg, task, optimizer, scheduler)
     state = State(**(loop or {}))
-    ckpt = Checkpoint(out, cfg, task, optimizer, None if loop is None else state.step)
+    ckpt = Checkpoint(out, cfg, task, optimizer, None if loop is None else state.step, scheduler)
     if loop is not None:
         log.info("resuming %s after step %d of %d (%s)", out, state.step, cfg.steps,
                  "resume=" if cfg.resume else "its own config: a restarted or requeued job")
@@ -126,7 +130,7 @@ def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
             _results(out, status, cfg, state, times, info, summary or {})
 
     try:
-        train(cfg, task, optimizer, tb, save, state, signals, forward, prof, times)
+        train(cfg, task, optimizer, tb, save, state, signals, forward, prof, times, ckpt.scheduler)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
             save("interrupted")
             said = (f"interrupted by {signal.Signals(signals.signum).name} after {state.step} of "
@@ -169,8 +173,9 @@ def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[fl
     summary = dict(summary)
     gap, optimum = summary.pop("rel_gap", None), summary.pop("optimum_loss", None)
     if gap is not None:  # poly3: the loss at the final parameters against the exact optimum
-        why += (f"; at the exact optimum {optimum:.12g} within rounding" if abs(gap) < 1e-12
-                else f"; {gap:.3g} relative above the exact optimum {optimum:.12g}")
+        exact = f"the exact optimum of the {cfg.dtype} data, {optimum:.12g}"  # float32: its own
+        why += (f"; at {exact}, within rounding" if abs(gap) < 1e-12
+                else f"; {gap:.3g} relative above {exact}")
     if _hydra() and _hydra().mode.name == "MULTIRUN":  # the sweep's end prints the rest
         log.info("final loss %.6g after %d steps%s; run dir: %s", state.loss, state.step, val, out)
         return
