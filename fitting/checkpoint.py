@@ -40,7 +40,7 @@ class Checkpoint:
         payload = {"format": FORMAT, "status": status, "step": loop["step"], "loop": loop,
                    "config": self.config, "model": self.task.model.state_dict(),
                    "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
-                   "scheduler": self.scheduler and self.scheduler.state_dict(),
+                   "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
                    else []}
         buffer = io.BytesIO()  # serialized first: a full disk is then an OSError naming the file

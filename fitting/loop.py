@@ -159,8 +159,8 @@ def train(cfg: Any, task: Any, optimizer: Any, tb: Any, save: Callable[[str], No
                 optimizer.step(closure)
             ms = (time.perf_counter() - t_step) * 1e3
             bisect.insort(times, ms)
-            lr = scheduler and scheduler.get_last_lr()[0]  # the lr this step ran with
             if scheduler is not None:
+                lr = scheduler.get_last_lr()[0]  # the lr this step ran with
                 scheduler.step()
             state.record(closure.loss, time.perf_counter() - t0, logged, rtol, cfg.stop.patience)
             if logged:
