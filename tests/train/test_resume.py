@@ -23,7 +23,7 @@ SMALL_CNN = ("task=cnn", "task.n_train=64", "task.n_val=16", "task.batch_size=8"
 @pytest.mark.parametrize("overrides, steps, first", [
     (("log.every=7",), 40, 25),
     (("task=mlp", "scheduler=none"), 30, 12),  # a schedule spans its steps: tests/optim
-    (SMALL_CNN, 8, 3),
+    ((*SMALL_CNN, "scheduler=none"), 8, 3),
     (("optimizer=lbfgs", "dtype=float64", "stop.patience=0"), 8, 3),
     (("optimizer=newton", "dtype=float64"), 6, 2),
     (("optimizer=lm", "dtype=float64"), 6, 2),
