@@ -15,8 +15,9 @@ from fitting.config import CHECKPOINT, ConfigError, short
 from fitting.files import write_atomic
 from fitting.loop import State
 
-FORMAT = 3  # bump when the payload changes: old ones are refused
-KEYS = {"format", "status", "step", "loop", "config", "model", "optimizer", "rng", "cuda_rng"}
+FORMAT = 4  # bump when the payload changes: old ones are refused
+KEYS = {"format", "status", "step", "loop", "config", "model", "optimizer", "scheduler", "rng",
+        "cuda_rng"}
 STATUS = ("running", "interrupted", "completed", "converged", "diverged")
 
 
@@ -26,12 +27,13 @@ class Checkpoint:
     def __init__(self, run_dir: Path) -> None:
         self.path, self.saved = run_dir / CHECKPOINT, None
 
-    def save(self, cfg: DictConfig, task: Any, optimizer: Any, loop: dict[str, Any],
-             status: str) -> None:
-        """Write model, optimizer, RNG and loop state whole; `status` says why."""
+    def save(self, cfg: DictConfig, task: Any, optimizer: Any, scheduler: Any,
+             loop: dict[str, Any], status: str) -> None:
+        """Write model, optimizer, schedule, RNG and loop state whole; `status` says why."""
         payload = {"format": FORMAT, "status": status, "step": loop["step"], "loop": loop,
                    "config": {**OmegaConf.to_container(cfg, resolve=True), "resume": None},
                    "model": task.model.state_dict(), "optimizer": optimizer.state_dict(),
+                   "scheduler": None if scheduler is None else scheduler.state_dict(),
                    "rng": torch.get_rng_state(),
                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
                    else []}
@@ -66,11 +68,13 @@ def load(path: Path) -> dict[str, Any]:
     return payload
 
 
-def restore(payload: dict[str, Any], task: Any, optimizer: Any) -> State:
-    """Put the payload's model, optimizer and RNGs back (batches replay by step); its state."""
+def restore(payload: dict[str, Any], task: Any, optimizer: Any, scheduler: Any) -> State:
+    """Put the payload's model, optimizer, schedule and RNGs back (batches replay by step)."""
     try:
         task.model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(payload["scheduler"])
         torch.set_rng_state(payload["rng"])
         if payload["cuda_rng"]:
             torch.cuda.set_rng_state_all(payload["cuda_rng"])

@@ -63,6 +63,8 @@ class Stop:
 class Config:
     task: Any = MISSING  # {_target_: fitting.tasks.<Task>, ...} from conf/task
     optimizer: Any = MISSING  # {_target_: ..., _partial_: true, ...} from conf/optimizer
+    scheduler: Any = None  # {_target_: torch.optim.lr_scheduler..., _partial_: true}; None: none
+    scheduler: Any = None  # {_target_: torch.optim.lr_scheduler..., _partial_: true}; None: none
     impl: str = "custom"  # the default of every op slot: custom (ours) or builtin (the twin)
     ops: Ops = field(default_factory=Ops)
     steps: int = 2000

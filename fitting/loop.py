@@ -148,6 +148,7 @@ class Run:
     signals: Signals
     save: Callable[[str], None]
     forward: Callable  # the model, or its torch.compile
+    scheduler: Any = None  # a torch.optim.lr_scheduler, stepped after each step
     prof: Any = None
     times: list[float] = field(default_factory=list)  # each step's ms, sorted
 
@@ -175,6 +176,9 @@ def train(run: Run) -> None:
                 optimizer.step(closure)
             ms = (time.perf_counter() - t_step) * 1e3
             bisect.insort(times, ms)
+            if run.scheduler is not None:
+                lr = run.scheduler.get_last_lr()[0]  # the lr this step ran with
+                run.scheduler.step()
             state.record(closure.loss, time.perf_counter() - t0, logged, rtol, cfg.stop.patience)
             last = state.converged or run.signals.stopping() or state.step == steps
             if logged:
@@ -187,6 +191,8 @@ def train(run: Run) -> None:
                 values |= {f"optim/{k}": v for k, v in getattr(optimizer, "last_stats", {}).items()}
                 if closure.grad_norm is not None:
                     values["optim/grad_norm"] = closure.grad_norm.item()
+                if run.scheduler is not None:
+                    values["optim/lr"] = lr
                 if peak is not None:
                     values["memory/peak_bytes"] = peak.bytes
                     next_peak = (step // every.memory_every + 1) * every.memory_every

@@ -58,8 +58,12 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                 task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
                                    _convert_="all")
                 optimizer = instantiate(cfg.optimizer)(task.model.named_parameters())
+                if cfg.scheduler and "lr" not in optimizer.defaults:
+                    raise ConfigError(f"optimizer={_name(cfg.optimizer)} has no lr to schedule; "
+                                      "scheduler=none")
+                scheduler = instantiate(cfg.scheduler)(optimizer) if cfg.scheduler else None
             payload = rundir.claim(cfg, given, HydraConfig.instance().cfg if hydra else None)
-            state = State() if payload is None else restore(payload, task, optimizer)
+            state = State() if payload is None else restore(payload, task, optimizer, scheduler)
             ckpt.saved = payload and state.step
             info = _describe(cfg, device, ops)
             log.info("task=%s %s %s", info["task"], " ".join(
@@ -67,7 +71,8 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
             if not rundir.new:
                 log.info("resuming %s after step %d of %d (%s)", out, state.step, cfg.steps,
                          "resume=" if cfg.resume else "its own config: a restarted or requeued job")
-            return _train(cfg, out, task, optimizer, state, ckpt, info, stack, rundir.new)
+            return _train(cfg, out, (task, optimizer, scheduler), state, ckpt, info, stack,
+                          rundir.new)
     except OSError as err:  # a full disk, a read-only dir: the path, the reason, what is left
         events = sorted(out.glob("events.out.tfevents.*"))  # TensorBoard's names no file
         raise Stopped(f"{fault(err, events[-1] if events else out)}; {last(ckpt)}",
@@ -135,9 +140,11 @@ def _torch_settings(cfg: DictConfig, stack: ExitStack) -> None:
         torch.use_deterministic_algorithms(True)
 
 
-def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
+def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State,
            ckpt: Checkpoint, info: dict[str, Any], stack: ExitStack, new: bool) -> float:
-    """Train, then end the run: checkpoint and results.json; closing lines, or Stopped."""
+    """Train `built` (task, optimizer, scheduler), then end the run: checkpoint and
+    results.json; closing lines, or Stopped."""
+    task, optimizer, scheduler = built
     tb = stack.enter_context(TensorBoard(out, purge_step=None if new else state.step))
     joblib = _hydra() and _hydra().runtime.choices.get("hydra/launcher") == "joblib"
     signals = stack.enter_context(Signals(os.getppid() if joblib else None))
@@ -148,14 +155,14 @@ def _train(cfg: DictConfig, out: Path, task: Any, optimizer: Any, state: State,
         state.loss = float(state.loss)  # a logged step's, or read off the device now
         # Saving reads the weights off the device anyway: only finite ones replace a checkpoint.
         if all(bool(p.isfinite().all()) for p in task.model.parameters()):
-            ckpt.save(cfg, task, optimizer, asdict(state), status)
+            ckpt.save(cfg, task, optimizer, scheduler, asdict(state), status)
         elif status == "running":
             raise NonFinite(f"weights after step {state.step}")
         if status != "running":
             _results(out, status, cfg, state, loop.times, info, summary or {})
 
-    loop = Run(cfg, task, optimizer, state, tb, signals, save, prof=prof,
-              forward=torch.compile(task.model) if cfg.compile else task.model)
+    loop = Run(cfg, task, optimizer, state, tb, signals, save, prof=prof, scheduler=scheduler,
+               forward=torch.compile(task.model) if cfg.compile else task.model)
     try:
         train(loop)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
@@ -212,8 +219,9 @@ def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[fl
     summary = dict(summary)
     gap, optimum = summary.pop("rel_gap", None), summary.pop("optimum_loss", None)
     if gap is not None:  # poly3: the loss at the final parameters against the exact optimum
-        why += (f"; at the exact optimum {optimum:.12g} within rounding" if abs(gap) < 1e-12
-                else f"; {gap:.3g} relative above the exact optimum {optimum:.12g}")
+        exact = f"the exact optimum of the {cfg.dtype} data, {optimum:.12g}"  # float32: its own
+        why += (f"; at {exact}, within rounding" if abs(gap) < 1e-12
+                else f"; {gap:.3g} relative above {exact}")
     if _hydra() and _hydra().mode.name == "MULTIRUN":  # the sweep's end prints the rest
         log.info("final loss %.6g after %d steps%s; run dir: %s", state.loss, state.step, val, out)
         return

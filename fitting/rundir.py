@@ -109,6 +109,10 @@ class RunDir:
             diff = None if theirs is None else difference(
                 theirs if path == config else theirs["config"], cfg, path,
                 KEPT if cfg.resume else ())
+            if diff.startswith("scheduler.") and cfg.resume:  # T_max: ${steps}
+                raise ConfigError(f"resume={cfg.resume}: its lr schedule spans the run's own steps "
+                                  f"({diff}): continue it with its steps, or extend a run that has "
+                                  "scheduler=none")
             if diff and cfg.resume:
                 raise ConfigError(f"resume={cfg.resume}: {path} is not the run its overrides.yaml "
                                   f"composes ({diff}: edited, or conf/ changed); not resumed")

@@ -7,9 +7,20 @@ from torch import nn
 
 from .layers import Op, op_name
 from .ops import legendre_p3 as _legendre_p3
+from .ops import legendre_p3_reference
 
 # The tutorial's starting point: y = -P3(0.3 x).
 TUTORIAL_START = {"a": 0.0, "b": -1.0, "c": 0.0, "d": 0.3}
+
+
+def short_name(op: Op) -> str:
+    """P3 for ours and its twin; else the op's own name (a Function's class, a partial's fn)."""
+    if op in (_legendre_p3, legendre_p3_reference):
+        return "P3"
+    op = getattr(op, "func", op)  # functools.partial, as Hydra's _partial_ makes it
+    owner = getattr(op, "__self__", None)  # Function.apply is bound to the Function's class
+    named = owner if isinstance(owner, type) and issubclass(owner, torch.autograd.Function) else op
+    return getattr(named, "__name__", type(named).__name__)
 
 
 class Poly3(nn.Module):
@@ -39,9 +50,10 @@ class Poly3(nn.Module):
         return self.a + self.b * self.legendre_p3(self.c + self.d * x)
 
     def formula(self, digits: int = 5) -> str:
-        """The current fit as text, e.g. 'y = 0.0 + -2.2085 * P3(0.0 + 0.25549 x)'."""
+        """The current fit as text, the op by its name: 'y = 0.0 + -2.2085 * P3(0.0 + 0.25549 x)'
+        (ours or its twin), 'y = 0.0 + -1.0 * sinh(0.0 + 0.3 x)' (torch.sinh in the slot)."""
         a, b, c, d = (f"{p.item():.{digits}g}" for p in (self.a, self.b, self.c, self.d))
-        return f"y = {a} + {b} * P3({c} + {d} x)"
+        return f"y = {a} + {b} * {short_name(self.legendre_p3)}({c} + {d} x)"
 
     def extra_repr(self) -> str:
         return f"legendre_p3={op_name(self.legendre_p3)}"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,8 @@ from models.cnn import CurveCNN
 from models.mlp import MLP
 from models.ops import legendre_p3_reference
 from models.poly3 import TUTORIAL_START, Poly3
+from tests.optim.tutorial import LegendrePolynomial3
+from tests.train.helpers import go
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -183,3 +188,26 @@ def test_poly3_summary_at_the_optimum_has_no_gap():
     summary = task.summary(task.model)
     assert summary["optimum_loss"] == pytest.approx(TUTORIAL_OPTIMUM_LOSS, rel=1e-14)
     assert abs(summary["rel_gap"]) < 1e-14
+
+
+@pytest.mark.parametrize(("op", "named", "optimum"), [
+    (None, "P3", True),  # ours
+    (legendre_p3_reference, "P3", True),  # its twin
+    (LegendrePolynomial3.apply, "LegendrePolynomial3", True),  # the tutorial's: P3's values
+    (torch.sinh, "sinh", False),
+    (functools.partial(torch.nn.functional.leaky_relu, negative_slope=0.1), "leaky_relu", False),
+])
+def test_poly3_names_its_op_and_compares_with_the_optimum_only_where_the_op_is_p3(
+        op, named, optimum):
+    task = build("poly3", ops=None if op is None else {"legendre_p3": op})
+    assert task.describe(task.model) == f"y = 0 + -1 * {named}(0 + 0.3 x)"
+    summary = task.summary(task.model)
+    assert ("optimum_loss" in summary) == ("rel_gap" in summary) == optimum
+
+
+def test_a_user_op_in_poly3_closes_with_its_own_formula_and_no_optimum(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    go(tmp_path / "run", "ops.legendre_p3=torch:sinh", "steps=5")
+    said = [r.getMessage() for r in caplog.records if r.name == "fitting.run"]
+    assert any(re.fullmatch(r"Result: y = \S+ \+ \S+ \* sinh\(\S+ \+ \S+ x\)", s) for s in said)
+    assert not any("optimum" in s for s in said)

@@ -22,8 +22,8 @@ SMALL_CNN = ("task=cnn", "task.n_train=64", "task.n_val=16", "task.batch_size=8"
 
 @pytest.mark.parametrize("overrides, steps, first", [
     (("log.every=7",), 40, 25),
-    (("task=mlp",), 30, 12),
-    (SMALL_CNN, 8, 3),
+    (("task=mlp", "scheduler=none"), 30, 12),  # a schedule spans its steps: tests/optim
+    ((*SMALL_CNN, "scheduler=none"), 8, 3),
     (("optimizer=lbfgs", "dtype=float64", "stop.patience=0"), 8, 3),
     (("optimizer=newton", "dtype=float64"), 6, 2),
     (("optimizer=lm", "dtype=float64"), 6, 2),
@@ -185,3 +185,11 @@ def test_a_run_dir_in_use_is_refused_naming_its_run(tmp_path):
         with pytest.raises(ConfigError, match=r"in use by another run \(pid 4242\)"):
             go(out, "steps=5")
     assert not (out / "checkpoint.pt").exists()
+
+
+def test_a_scheduled_run_is_not_extended_and_says_why(tmp_path):
+    go(tmp_path / "run", "task=mlp", "steps=12")  # mlp's cosine schedule spans its 12 steps
+    with pytest.raises(ConfigError, match=r"its lr schedule spans the run's own steps "
+                                          r"\(scheduler.T_max: 12 there, 30 here\)"):
+        go(tmp_path / "run", f"resume={tmp_path / 'run'}", "steps=30")
+    assert results(tmp_path / "run")["step"] == 12  # untouched

@@ -36,7 +36,7 @@ def test_the_default_run_is_the_tutorial(tmp_path, caplog):
     said = "\n".join(lines(caplog))
     assert "final loss 8.94364 after 2000 steps" in said
     assert said.count("final") == 1
-    assert "0.0143 relative above the exact optimum 8.81716753217" in said
+    assert "0.0143 relative above the exact optimum of the float32 data, 8.81716753217" in said
     assert f"view it: tensorboard --logdir {out}" in said
     progress = lines(caplog, "fitting.track.progress")  # not a terminal: plain lines
     assert len(progress) == 10 and progress[-1].startswith("2000/2000 steps (100%)")
@@ -68,7 +68,7 @@ def test_second_order_optimizers_reach_the_optimum(optimizer, tmp_path, caplog):
     done = results(tmp_path / "run")
     assert done["status"] == "converged" and done["step"] <= 17
     said = "\n".join(lines(caplog))
-    assert "at the exact optimum 8.81716541001 within rounding" in said
+    assert "at the exact optimum of the float64 data, 8.81716541001, within rounding" in said
     assert " 0 bytes saved" not in said and "by 0 " not in said and "relative above" not in said
 
 
