@@ -3,6 +3,7 @@ twins on dense copies: Linear ~ nn.Linear, FusedConvBN2d ~ nn.Conv2d(bias=False)
 nn.BatchNorm2d with every BatchNorm2d option, over training steps then eval: outputs,
 gradients, running statistics and num_batches_tracked."""
 
+import pytest
 import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -10,6 +11,8 @@ from torch import nn
 
 from models.layers import FusedConvBN2d, Linear
 from tests.ops.layouts import DTYPES, PROPERTY, assert_all_close, layouts, odd
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: threads only add sync
 
 
 def _steps(model: nn.Module, x: torch.Tensor, grad_outs: list, modes: list[bool]) -> dict:

@@ -8,6 +8,7 @@ layouts: F.batch_norm's backward reads a strided bn_weight as if contiguous when
 channels_last, so conv_bn_reference on the odd layouts gives gradients off by O(1) there.
 """
 
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import assume, example, given
@@ -23,6 +24,8 @@ from models.ops import (
     relu_masked,
 )
 from tests.ops.layouts import DTYPES, PROPERTY, assert_all_close, grads, layouts, odd
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: threads only add sync
 
 ELEMENTWISE = {"relu": (relu, torch.relu), "relu_masked": (relu_masked, torch.relu),
                "legendre_p3": (legendre_p3, legendre_p3_reference)}
