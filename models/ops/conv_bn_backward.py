@@ -28,7 +28,7 @@ SLICE_BYTES = 2 << 20
 def batch_slices(t: torch.Tensor) -> list[slice]:
     """Slices of `t`'s batch dim: all of it if `t` holds at most ONE_CALL_BYTES, else slices of
     at most SLICE_BYTES of `t` each (at least one row)."""
-    return _slices(t.shape[0], t[0].numel() * t.element_size() if t.shape[0] else 0)
+    return _slices(t.shape[0], t.numel() // t.shape[0] * t.element_size() if t.shape[0] else 0)
 
 
 def _slices(n: int, sample_bytes: int) -> list[slice]:

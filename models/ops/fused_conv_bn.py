@@ -85,8 +85,9 @@ def _dense(t: torch.Tensor | None) -> torch.Tensor | None:
     """t if it has the strides torch.empty gives a contiguous or channels_last tensor of its
     shape, else a copy that has them: aten's CPU conv and batch-norm kernels misread some
     others (strided per-channel tensors, odd strides on size-1 dims), silently."""
-    if t is None:
-        return t
+    if t is None or 1 not in t.shape and (
+            t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)):
+        return t  # no size-1 dims: these strides are the only ones of their format
     orders = [range(t.dim() - 1, -1, -1), *([_NHWC] if t.dim() == 4 else [])]
     if any(t.stride() == _strides(t.shape, order) for order in orders):
         return t
