@@ -107,11 +107,12 @@ def conv_backward_in_slices(
     conv: tuple,
     need_x: bool,
     need_w: bool,
+    sliced: bool = True,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """aten's convolution_backward (grad_x, grad_w) over batch slices of grad_y; `conv` is
-    torch.convolution's trailing arguments."""
+    """aten's convolution_backward (grad_x, grad_w) over batch slices of grad_y (in one call
+    unless `sliced`); `conv` is torch.convolution's trailing arguments."""
     mask = [need_x, need_w, False]
-    parts = batch_slices(grad_y)
+    parts = batch_slices(grad_y) if sliced else [slice(None)]
     if len(parts) == 1:
         gx, gw, _ = torch.ops.aten.convolution_backward(grad_y, x, weight, None, *conv, mask)
         return gx, gw

@@ -10,7 +10,7 @@ from torch import nn
 
 from models.fuse import fuse_conv_bn
 from models.layers import FusedConvBN2d
-from models.ops import conv_bn_reference, saved_tensor_bytes
+from models.ops import conv_bn_reference, fused_conv_bn2d, saved_tensor_bytes
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: threads only add sync
 
@@ -148,7 +148,11 @@ def test_an_untraceable_model_keeps_its_own_pairs_with_a_warning_and_fuses_its_b
     assert model(torch.randn(2, 1, 3, 3)).shape == (2, 2, 3, 3)
 
 
-def test_fused_layers_already_there_are_kept_with_their_op():
+def test_fused_layers_run_the_op_given_and_those_already_there_are_kept():
+    assert {m.op for m in fuse_conv_bn(_resnet()).modules()
+            if isinstance(m, FusedConvBN2d)} == {fused_conv_bn2d}
+    assert {m.op for m in fuse_conv_bn(_resnet(), op=conv_bn_reference).modules()
+            if isinstance(m, FusedConvBN2d)} == {conv_bn_reference}
     layer = FusedConvBN2d(1, 2, 3, op=conv_bn_reference)
     model = nn.Sequential(layer, nn.ReLU())
     assert fuse_conv_bn(model)[0] is layer and layer.op is conv_bn_reference
