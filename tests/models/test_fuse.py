@@ -154,6 +154,8 @@ def test_fused_layers_run_the_op_given_and_those_already_there_are_kept():
     assert {m.op for m in fuse_conv_bn(_resnet(), op=conv_bn_reference).modules()
             if isinstance(m, FusedConvBN2d)} == {conv_bn_reference}
     layer = FusedConvBN2d(1, 2, 3, op=conv_bn_reference)
-    model = nn.Sequential(layer, nn.ReLU(), nn.Conv2d(2, 2, 1, bias=False), nn.BatchNorm2d(2))
+    ours = FusedConvBN2d(2, 2, 1)  # its op takes no fx proxies: a leaf of the trace
+    model = nn.Sequential(layer, ours, nn.Conv2d(2, 2, 1, bias=False), nn.BatchNorm2d(2))
     assert fuse_conv_bn(model)[0] is layer and layer.op is conv_bn_reference
+    assert model[1] is ours
     assert type(model[2]) is FusedConvBN2d and type(model[3]) is nn.Identity
