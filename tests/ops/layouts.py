@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 LAYOUTS = ("contiguous", "channels_last", "strided", "transposed", "expanded")
 DTYPES = st.sampled_from([torch.float32, torch.float64])
 # Modest and deterministic: the properties run in every suite run, in a few seconds.
-PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+PROPERTY = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

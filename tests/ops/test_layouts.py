@@ -11,7 +11,7 @@ channels_last, so conv_bn_reference on the odd layouts gives gradients off by O(
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import assume, example, given, settings
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from models.ops import (
@@ -37,7 +37,7 @@ def _randn(g: torch.Generator, dtype: torch.dtype):
 
 
 @pytest.mark.parametrize("name", sorted(ELEMENTWISE))
-@settings(PROPERTY, max_examples=60)  # a millisecond each
+@PROPERTY
 @given(shape=SHAPES, dtype=DTYPES, kinds=layouts(2), seed=st.integers(0, 2**16))
 def test_elementwise_ops_equal_their_twins_in_any_layout(name, shape, dtype, kinds, seed):
     ours, twin = ELEMENTWISE[name]
