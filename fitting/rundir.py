@@ -109,7 +109,7 @@ class RunDir:
             diff = None if theirs is None else difference(
                 theirs if path == config else theirs["config"], cfg, path,
                 KEPT if cfg.resume else ())
-            if diff.startswith("scheduler.") and cfg.resume:  # T_max: ${steps}
+            if diff and diff.startswith("scheduler.") and cfg.resume:  # T_max: ${steps}
                 raise ConfigError(f"resume={cfg.resume}: its lr schedule spans the run's own steps "
                                   f"({diff}): continue it with its steps, or extend a run that has "
                                   "scheduler=none")

@@ -69,6 +69,15 @@ class FusedConvBN2d(nn.Sequential):
         )
         self.op = op
 
+    @classmethod
+    def from_pair(cls, conv: nn.Conv2d, bn: nn.BatchNorm2d, *,
+                  op: Op = fused_conv_bn2d) -> FusedConvBN2d:
+        """The layer made of these modules themselves (their parameters and buffers)."""
+        layer = cls.__new__(cls)
+        nn.Sequential.__init__(layer, conv, bn)
+        layer.op = op
+        return layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """bn(conv(x)) through `op`."""
         conv, bn = self[0], self[1]

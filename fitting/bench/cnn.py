@@ -1,8 +1,9 @@
-"""The cnn's training step with each conv_bn: tensor peak per step and step time.
+"""The cnn's training step with each conv_bn: tensor peak, bytes saved and step time.
 
 `python -m fitting.bench.cnn [--write]`: CurveCNN (channels 8, 16; 32x32 images; Adam) with
 ours (fused_conv_bn2d: recomputes the conv in backward), the twin (conv_bn_reference: keeps
-the conv output) and the twin under torch.utils.checkpoint (recomputes the whole pair).
+the conv output) and the twin under torch.utils.checkpoint (recomputes the whole pair), in
+eager mode; ours and the twin with the model under torch.compile, as `compile=true` runs it.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from torch.utils.checkpoint import checkpoint
 from fitting.bench import report
 from fitting.bench.report import machine, medians_ms, table
 from models.cnn import CurveCNN
-from models.ops import conv_bn_reference, fused_conv_bn2d
+from models.ops import conv_bn_reference, fused_conv_bn2d, saved_tensor_bytes
 
-HEADER = ["conv_bn", "batch", "tensor peak MiB", "× twin", "step ms", "× twin"]
+HEADER = ["conv_bn", "batch", "tensor peak MiB", "× twin", "saved MiB", "step ms", "× twin"]
 
 
 def checkpointed_reference(x, weight, bn_weight, bn_bias, running_mean, running_var, *rest):
@@ -35,25 +36,33 @@ def checkpointed_reference(x, weight, bn_weight, bn_bias, running_mean, running_
     return checkpoint(conv_bn, x, weight, bn_weight, bn_bias, use_reentrant=False)
 
 
-CONV_BNS = {"ours": fused_conv_bn2d, "twin": conv_bn_reference,
-            "twin + checkpoint": checkpointed_reference}
+# (conv_bn, the model under torch.compile?) by row name; "× twin" is against the same mode's.
+ROWS = {"ours": (fused_conv_bn2d, False), "twin": (conv_bn_reference, False),
+        "twin + checkpoint": (checkpointed_reference, False),
+        "ours, compiled": (fused_conv_bn2d, True), "twin, compiled": (conv_bn_reference, True)}
 
 
-def training_step(conv_bn: Callable, batch: int, device: str) -> Callable[[], None]:
-    """One cnn training step (forward, MSE, backward, Adam) on fixed random data."""
+def training_step(conv_bn: Callable, batch: int, device: str,
+                  compiled: bool = False) -> tuple[Callable[[], None], int]:
+    """One cnn training step (forward, MSE, backward, Adam) on fixed random data, and the bytes
+    its forward saves for backward."""
     g = torch.Generator().manual_seed(0)
     model = CurveCNN(conv_bn=conv_bn, device=device)
+    forward = torch.compile(model) if compiled else model
     images = torch.rand(batch, 1, 32, 32, generator=g).to(device)
     targets = torch.randn(batch, 4, generator=g).to(device)
     optimizer = torch.optim.Adam(model.parameters())
 
     def step() -> None:
         optimizer.zero_grad()
-        (model(images) - targets).square().mean().backward()
+        (forward(images) - targets).square().mean().backward()
         optimizer.step()
 
-    step()  # Adam's state exists before anything is measured
-    return step
+    step()  # compiled, and Adam's state exists, before anything is measured
+    with saved_tensor_bytes() as saved:
+        loss = (forward(images) - targets).square().mean()
+    del loss
+    return step, saved.bytes
 
 
 def tensor_peak(step: Callable[[], None], device: str) -> int:
@@ -79,15 +88,25 @@ def tensor_peak(step: Callable[[], None], device: str) -> int:
 
 
 def run(device: str, quick: bool) -> str:
-    """The table: one row per conv_bn and batch size."""
-    batches, t = ((8,), 0.05) if quick else ((256, 1024), 1.0)
+    """The table: one row per conv_bn (and mode) and batch size; --quick runs no compiler."""
+    batches, t = ((8,), 0.05) if quick else ((64, 256, 1024), 1.0)
+    # The app's data set leaves glibc's malloc with its mmap threshold raised (a block of tens
+    # of MiB freed); a process that only runs these steps would page-fault on a share of each
+    # step's allocations instead, as many as the order of its allocations happens to cause.
+    torch.ones(30 << 18).sum()
     rows = []
     for batch in batches:
-        steps = {name: training_step(conv_bn, batch, device) for name, conv_bn in CONV_BNS.items()}
+        torch.compiler.reset()  # each batch compiled for its own static shapes
+        made = {name: training_step(conv_bn, batch, device, compiled)
+                for name, (conv_bn, compiled) in ROWS.items() if not (quick and compiled)}
+        steps = {name: step for name, (step, _) in made.items()}
         peaks = {name: tensor_peak(step, device) for name, step in steps.items()}
         ms = medians_ms(steps, t, rounds=1 if quick else 3)
-        rows += [[name, batch, f"{peaks[name] / 2**20:.1f}", f"{peaks[name] / peaks['twin']:.2f}",
-                  ms[name], f"{ms[name] / ms['twin']:.2f}"] for name in steps]
+        for name, (_, saved) in made.items():
+            twin = "twin, compiled" if ROWS[name][1] else "twin"
+            rows.append([name, batch, f"{peaks[name] / 2**20:.1f}",
+                         f"{peaks[name] / peaks[twin]:.2f}", f"{saved / 2**20:.2f}", ms[name],
+                         f"{ms[name] / ms[twin]:.2f}"])
     return f"{machine(device)}; step ms: medians of torch.utils.benchmark\n\n{table(HEADER, rows)}"
 
 

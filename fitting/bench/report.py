@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import shlex
@@ -35,7 +36,8 @@ def machine(device: str) -> str:
     """One line naming what the numbers were measured on."""
     where = torch.cuda.get_device_name(device) if device.startswith("cuda") else (
         f"{platform.processor() or platform.machine()}, timed on 1 thread")
-    return f"torch {torch.__version__}, {device} ({where})"
+    load = f", load {os.getloadavg()[0]:.1f} at the end" if hasattr(os, "getloadavg") else ""
+    return f"torch {torch.__version__}, {device} ({where}){load}"
 
 
 def table(header: Sequence[str], rows: list[Sequence[object]]) -> str:

@@ -28,7 +28,7 @@ SLICE_BYTES = 2 << 20
 def batch_slices(t: torch.Tensor) -> list[slice]:
     """Slices of `t`'s batch dim: all of it if `t` holds at most ONE_CALL_BYTES, else slices of
     at most SLICE_BYTES of `t` each (at least one row)."""
-    return _slices(t.shape[0], t[0].numel() * t.element_size() if t.shape[0] else 0)
+    return _slices(t.shape[0], t.numel() // t.shape[0] * t.element_size() if t.shape[0] else 0)
 
 
 def _slices(n: int, sample_bytes: int) -> list[slice]:
@@ -107,11 +107,12 @@ def conv_backward_in_slices(
     conv: tuple,
     need_x: bool,
     need_w: bool,
+    sliced: bool = True,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """aten's convolution_backward (grad_x, grad_w) over batch slices of grad_y; `conv` is
-    torch.convolution's trailing arguments."""
+    """aten's convolution_backward (grad_x, grad_w) over batch slices of grad_y (in one call
+    unless `sliced`); `conv` is torch.convolution's trailing arguments."""
     mask = [need_x, need_w, False]
-    parts = batch_slices(grad_y)
+    parts = batch_slices(grad_y) if sliced else [slice(None)]
     if len(parts) == 1:
         gx, gw, _ = torch.ops.aten.convolution_backward(grad_y, x, weight, None, *conv, mask)
         return gx, gw

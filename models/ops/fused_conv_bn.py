@@ -29,20 +29,19 @@ class FusedConvBN2dFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(x, weight, bn_weight, bn_bias, running_mean, running_var, momentum, eps, conv):
+    def forward(ctx, x, weight, bn_weight, bn_bias, running_mean, running_var, momentum, eps,
+                conv):
+        # forward(ctx, ...) rather than setup_context: Function.apply then skips binding the
+        # arguments with inspect.signature, a third of this op's Python overhead per call.
         y = torch.convolution(x, weight, None, *conv)
-        return torch.native_batch_norm(
+        out, save_mean, save_invstd = torch.native_batch_norm(
             y, bn_weight, bn_bias, running_mean, running_var, True, momentum, eps
         )
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        x, weight, bn_weight = inputs[:3]
-        _, save_mean, save_invstd = output
         ctx.mark_non_differentiable(save_mean, save_invstd)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, weight, bn_weight, save_mean, save_invstd)
-        ctx.eps, ctx.conv = inputs[7:]
+        ctx.eps, ctx.conv = eps, conv
+        return out, save_mean, save_invstd
 
     @staticmethod
     def backward(ctx, grad_out, _grad_mean, _grad_invstd):
@@ -54,15 +53,15 @@ class FusedConvBN2dFunction(torch.autograd.Function):
             return None, None, None, grad_out.sum((0, 2, 3)), *(None,) * 5
         x, weight, bn_weight, save_mean, save_invstd = ctx.saved_tensors
         # The sliced, in-place pieces cannot serve double backward (not differentiable) or
-        # the half precisions (aten computes those in float).
-        sliced = not torch.is_grad_enabled() and x.dtype in (torch.float32, torch.float64)
+        # the half precisions (aten computes those in float); under torch.compile, the
+        # compiler plans the memory (traced, they cost 3x the time and 1.6x the peak).
+        sliced = (not torch.is_grad_enabled() and x.dtype in (torch.float32, torch.float64)
+                  and not torch.compiler.is_compiling())
         if sliced:
             y = conv_in_slices(x, weight, ctx.conv)
         else:
             y = torch.convolution(x, weight, None, *ctx.conv)
-        # aten's batch-norm backward reads grad_out as if in y's memory format.
-        fmt = torch.contiguous_format if y.is_contiguous() else torch.channels_last
-        grad_out = grad_out.contiguous(memory_format=fmt)
+        grad_out = _strided_as(grad_out, y.stride())
         if not sliced or len(batch_slices(y)) == 1:
             mask = [need_x or need_w, need_g, need_b]
             grad_y, grad_g, grad_b = torch.ops.aten.native_batch_norm_backward(
@@ -75,12 +74,44 @@ class FusedConvBN2dFunction(torch.autograd.Function):
             )
         grad_x = grad_w = None
         if need_x or need_w:
-            grad_x, grad_w = conv_backward_in_slices(grad_y, x, weight, ctx.conv, need_x, need_w)
+            grad_x, grad_w = conv_backward_in_slices(grad_y, x, weight, ctx.conv, need_x, need_w,
+                                                     sliced)
         grad_g, grad_b = (grad_g if need_g else None), (grad_b if need_b else None)
         return grad_x, grad_w, grad_g, grad_b, *(None,) * 5
 
 
 _apply = compilable(FusedConvBN2dFunction)
+_NHWC = (1, 3, 2, 0)  # channels_last's dims, innermost first
+
+
+def _dense(t: torch.Tensor | None) -> torch.Tensor | None:
+    """t if it has the strides torch.empty gives a contiguous or channels_last tensor of its
+    shape, else a copy that has them: aten's CPU conv and batch-norm kernels misread some
+    others (strided per-channel tensors, odd strides on size-1 dims), silently."""
+    if t is None or 1 not in t.shape and (
+            t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)):
+        return t  # no size-1 dims: these strides are the only ones of their format
+    orders = [range(t.dim() - 1, -1, -1), *([_NHWC] if t.dim() == 4 else [])]
+    if any(t.stride() == _strides(t.shape, order) for order in orders):
+        return t
+    nhwc = t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
+    return t.clone(memory_format=torch.channels_last if nhwc else torch.contiguous_format)
+
+
+def _strides(shape: torch.Size, order) -> tuple[int, ...]:
+    """The strides of a dense tensor of `shape` whose dims, innermost first, are `order`."""
+    strides, step = [0] * len(shape), 1
+    for dim in order:
+        strides[dim], step = step, step * max(shape[dim], 1)
+    return tuple(strides)
+
+
+def _strided_as(grad: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """grad with `strides` (its batch-norm output's): aten's CPU batch-norm backward reads its
+    grad_out as if laid out as its input, and gets wrong gradients from another layout."""
+    if grad.stride() == strides:
+        return grad
+    return grad.new_empty_strided(grad.shape, strides).copy_(grad)
 
 
 def conv_bn_reference(
@@ -120,20 +151,21 @@ def fused_conv_bn2d(
 ) -> torch.Tensor:
     """batch_norm(conv2d(x, weight), ...) with F.conv2d/F.batch_norm's arguments and results;
     in training, one op that recomputes the conv in backward instead of saving its output."""
+    x, weight, bn_weight, bn_bias = (_dense(t) for t in (x, weight, bn_weight, bn_bias))
+    if not training:  # eval reads the running stats and never writes them: dense copies too
+        running_mean, running_var = _dense(running_mean), _dense(running_var)
     args = (x, weight, bn_weight, bn_bias, running_mean, running_var, training, momentum, eps)
     strided_stats = any(t is not None and not t.is_contiguous() for t in args[4:6])
     strided_same = padding == "same" and _pair(stride) != (1, 1)
     if not training or x.numel() == 0 or strided_stats or strided_same:
         # Eval mode saves no conv output either way (BN is a fixed per-channel affine map);
         # the rest are edge cases the pair handles (or refuses) in its own words.
-        return conv_bn_reference(*args, stride, padding, dilation, groups)
+        out = conv_bn_reference(*args, stride, padding, dilation, groups)
+        if out.requires_grad and not torch.compiler.is_compiling():
+            strides = out.stride()
+            out.register_hook(lambda grad: _strided_as(grad, strides))
+        return out
     stride, dilation = _pair(stride), _pair(dilation)
-    # aten's CPU batch norm misreads strided per-channel tensors next to a channels_last
-    # output, and its conv backward refuses some strided weights: dense copies, mapped back
-    # to the caller's tensors by autograd.
-    bn_weight, bn_bias = (t if t is None else t.contiguous() for t in (bn_weight, bn_bias))
-    if not weight.is_contiguous(memory_format=torch.channels_last):
-        weight = weight.contiguous()
     if isinstance(padding, str):
         # F.conv2d's 'valid' and 'same' (whose odd total padding goes on the far side).
         total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:], strict=True)]

@@ -37,3 +37,24 @@ def test_compiled_model_equals_eager_and_updates_the_same_running_stats(build, x
         torch.testing.assert_close(got, want)
     for key, value in state.items():  # the cnn's running stats and batch count
         torch.testing.assert_close(model.state_dict()[key], value, msg=key)
+
+
+@pytest.mark.slow
+def test_compile_true_in_the_app_puts_our_ops_in_dynamos_graph(train_cli, tmp_path, monkeypatch):
+    # The app's torch.compile with a backend that keeps Dynamo's graphs and runs them as
+    # traced (no inductor: seconds, not minutes). An op Dynamo cannot trace would run outside
+    # the graph, between graph breaks: its forward would not be in any graph's bodies.
+    graphs, compile_ = [], torch.compile
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compile_(model, backend=keep))
+    done = train_cli("task=cnn", "compile=true", "steps=2", f"hydra.run.dir={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    files = {node.meta.get("stack_trace", "").rsplit('File "', 1)[-1].split('"')[0]
+             for gm in graphs for name, body in gm.named_children() if name.startswith("fwd_body")
+             for node in body.graph.nodes}
+    ours = {f.rsplit("/", 1)[-1] for f in files if "/models/ops/" in f}
+    assert ours == {"fused_conv_bn.py", "relu.py", "linear.py"}
