@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from fitting.checkpoint import LOCK, Checkpoint, lock, restored, resume_config, short, write_atomic
 from fitting.config import CHECKPOINT, ConfigError, check
 from fitting.loop import NonFinite, SecondSignal, Signals, State, Stopped, evaluate, train
-from fitting.precheck import precheck
+from fitting.precheck import OpRefused, precheck
 from fitting.slots import describe, resolve, source, uses
 from fitting.track.memory import peak_rss_bytes
 from fitting.track.tensorboard import TensorBoard
@@ -79,15 +79,18 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> float:
 def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     """The model's op in each slot (cfg.task.ops, built by Hydra through fitting.slots.op), a
     user's op pre-checked for the uses this run makes of it; ConfigError if one is refused."""
-    ops = {}
+    ops, choices = {}, {slot: _choice(cfg, slot) for slot in cfg.task.ops}
     with _as_config_error():
-        for slot in cfg.task.ops:
-            choice = _choice(cfg, slot)
-            key = f"ops.{slot}={describe(choice)}"
-            ops[slot] = resolve(slot, choice, key)
-            if choice not in ("custom", "builtin"):
-                precheck(slot, ops[slot], device=device, dtype=dtype, key=key,
+        for slot, choice in choices.items():
+            ops[slot] = resolve(slot, choice, f"ops.{slot}={describe(choice)}")
+    for slot, choice in choices.items():
+        if choice not in ("custom", "builtin"):
+            try:
+                precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,
+                         key=f"ops.{slot}={describe(choice)}",
                          uses=uses(_name(cfg.optimizer), cfg.compile))
+            except OpRefused as err:  # its one line whole: it ends with the card's command
+                raise ConfigError(str(err)) from None
     return ops
 
 
