@@ -26,14 +26,12 @@ from fitting.verdict import (
     leaves_of,
     remap,
     run_op,
-    said,
 )
 
 NEEDS = {"second_order": "optimizer=newton", "forward_ad": "optimizer=lm",
          "compiles": "compile=true"}
 NAMES = {"training": "training", "second_order": "second order", "forward_ad": "forward AD",
          "compiles": "compiles"}
-HESSIAN, JACOBIAN = "hessian (what optimizer=newton runs)", "jacobian (what optimizer=lm runs)"
 
 
 def slot_case(slot: str, fn: Callable, dtype: torch.dtype, device, ref: Callable | None = None
@@ -47,7 +45,7 @@ def slot_case(slot: str, fn: Callable, dtype: torch.dtype, device, ref: Callable
     if ref is None:
         got, want = run_op(fn, case.parts()), run_op(entry.twin, case.parts())
         if got.error and isinstance(got.error[1], CannotRun):
-            raise CannotRun(f"{got.error[0]} on {case.samples[0][0]}: {said(got.error[1])}")
+            raise CannotRun(f"{got.error[0]} on {case.samples[0][0]}: {line(got.error[1])}")
         if not (got.error or want.error or form(got.raw) != form(want.raw) or all(
                 torch.allclose(g, w, *case.tol, equal_nan=True)
                 for g, w in zip(got.outs, want.outs, strict=True))):
@@ -137,7 +135,8 @@ def second_order(case: Case, backend: str = "") -> list[Finding]:
     if status == "wrong" and not h.any():  # what torch gives, silently, for a backward it cannot
         return [("unsupported", "its hessian is all zeros: its backward is not differentiable "
                                 "(once_differentiable, or not torch ops)")]
-    return [(status, f"{HESSIAN} runs; {text}" if status == "pass" else text)]
+    return [(status, f"hessian (what optimizer=newton runs) runs; {text}" if status == "pass"
+             else text)]
 
 
 def _backward_jacobian(fn: Callable, parts) -> torch.Tensor:
@@ -160,7 +159,7 @@ def forward_ad(case: Case, backend: str = "") -> list[Finding]:
         return [("unsupported", f"its jacobian by forward AD fails: {line(got)}")]
     want = _backward_jacobian(case.fn, parts)
     if not (bad := differ(got, want, case.tol)):
-        return [("pass", f"{JACOBIAN} by forward AD as by its backward")]
+        return [("pass", "jacobian (what optimizer=lm runs) by forward AD as by its backward")]
     if not got.any():
         return [("unsupported", "its jacobian by forward AD is all zeros, by its backward not: "
                                 "no jvp reaches it (a torch.library op drops tangents)")]
@@ -195,7 +194,7 @@ def compiles(case: Case, backend: str = "aot_eager") -> list[Finding]:
     if got.error and isinstance(got.error[1], CannotRun):
         raise CannotRun(f"compiled, {got.error[0]}: {got.error[1]}")
     if got.error:
-        return [("unsupported", f"{what}: {said(got.error[1])}")]
+        return [("unsupported", f"{what}: {line(got.error[1])}")]
     bad = [t for s, t in compare_runs(case.fn, parts, got, run_op(case.fn, parts), case.tol)
            if s == "wrong"]
     return [("wrong", f"{what} differs from eager: {bad[0]}") if bad

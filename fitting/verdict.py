@@ -136,11 +136,6 @@ def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> Run:
     return run
 
 
-def said(err: BaseException) -> str:
-    """An error in one line: a CannotRun's own words, else `Type: first line`."""
-    return str(err) if isinstance(err, CannotRun) else line(err)
-
-
 def differ(got: torch.Tensor, want: torch.Tensor, tol) -> list[int]:
     """The flat indices where got and want differ beyond tol, worst first."""
     g, w = got.detach().double().reshape(-1), want.detach().double().reshape(-1)
@@ -236,15 +231,15 @@ def _sample(case: Case, n: int, sample: Sample) -> list[Finding]:
                              if t.is_floating_point())
     want, got = run_op(case.ref, parts), run_op(case.fn, parts)
     if got.error and (must or isinstance(got.error[1], CannotRun)):
-        raise CannotRun(f"{got.error[0]} on {label}: {said(got.error[1])}")
+        raise CannotRun(f"{got.error[0]} on {label}: {line(got.error[1])}")
     if want.error:
         if n == 0:
-            raise CannotRun(f"calling the reference on {label}: {said(want.error[1])}")
+            raise CannotRun(f"calling the reference on {label}: {line(want.error[1])}")
         same = got.error and got.error[0] == want.error[0]
         return [("same as the reference" if same else "note",
-                 f"{label}: {want.error[0]} the reference raised {said(want.error[1])}")]
+                 f"{label}: {want.error[0]} the reference raised {line(want.error[1])}")]
     if got.error:
-        return [("note", f"{label}: {got.error[0]} raised {said(got.error[1])}")]
+        return [("note", f"{label}: {got.error[0]} raised {line(got.error[1])}")]
     like = want.raw if case.like is case.ref else run_op(case.like, parts).raw
     if form(got.raw) != form(like):
         text = f"it returns {form(got.raw)} on {label}; {case.contract} returns {form(like)}"

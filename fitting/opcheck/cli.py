@@ -136,7 +136,8 @@ def card(case: verdict.Case, args) -> dict[str, list[verdict.Finding]]:
     found.setdefault("compiles", [("n/a", "not tried (--no-compile)")])
     found["torch.library"] = [library_opcheck(case.fn, case.samples[0])]
     slot = args.train_in or (args.slot if args.slot != "any" else None)
-    big = slots.SLOTS[args.slot].samples(*_where(case), big=True)[0] if args.slot != "any" \
+    where = DTYPES[args.dtype], torch.device(args.device)
+    big = slots.SLOTS[args.slot].samples(*where, big=True)[0] if args.slot != "any" \
         else case.samples[0]
     ref = case.ref if case.ref is not case.fn else slots.SLOTS[slot].twin if slot else case.ref
     found["cost"] = [cost(case.fn, ref, big, case.names, "the reference" if ref is case.ref
@@ -144,7 +145,7 @@ def card(case: verdict.Case, args) -> dict[str, list[verdict.Finding]]:
     found["trains the same"] = [
         ("n/a", "no slot to train it in (--train-in SLOT names one)") if not slot else
         ("n/a", "no reference: give --ref") if case.ref is case.fn else
-        trains(slot, case.fn, case.ref, *_where(case), args.quick)]
+        trains(slot, case.fn, case.ref, *where, args.quick)]
     return _approximate(found, case.samples[0][0])
 
 
@@ -157,11 +158,6 @@ def _approximate(found: dict[str, list[verdict.Finding]], first: str) -> dict:
         found["training"] = [("note", f"approximate, and it trains the same: {t}") if t in off
                              else (s, t) for s, t in found["training"]]
     return found
-
-
-def _where(case: verdict.Case) -> tuple[torch.dtype, torch.device]:
-    x = next(t for _, t in verdict.tensors(case.samples[0][1:3], "") if t.is_floating_point())
-    return x.dtype, x.device
 
 
 def render(title: str, found: dict[str, list[verdict.Finding]], strict: bool) -> tuple[str, int]:

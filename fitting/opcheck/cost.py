@@ -15,14 +15,6 @@ from fitting.verdict import Finding, Sample, call_on, incoming, leaves_of, parts
 from models.ops import saved_tensor_bytes
 
 
-def _size(n: float, unit: str) -> str:
-    """n in a readable unit: 85.1 µs, 64.0 KiB."""
-    steps = [(1e-6, "µs"), (1e-3, "ms"), (1.0, "s")] if unit == "s" else \
-        [(1, "B"), (1024, "KiB"), (1024**2, "MiB"), (1024**3, "GiB")]
-    scale, name = next(((s, u) for s, u in reversed(steps) if n >= s), steps[0])
-    return f"{n / scale:.3g} {name}"
-
-
 def measure(fn: Callable, sample: Sample, names: list[str], seconds: float) -> dict[str, float]:
     """Median and IQR seconds of forward+backward, saved bytes and tensor peak of fn on sample."""
     parts = parts_of(sample, names)
@@ -50,21 +42,18 @@ def measure(fn: Callable, sample: Sample, names: list[str], seconds: float) -> d
 
 def cost(fn: Callable, ref: Callable, sample: Sample, names: list[str], against: str,
          seconds: float = 0.3) -> Finding:
-    """The cost row: time, saved bytes and peak of fn against ref, ratios first."""
-    mine, theirs = (measure(f, sample, names, seconds) for f in (fn, ref))
+    """The cost row: fn's figures against ref's, ratios first."""
+    a, b = (measure(f, sample, names, seconds) for f in (fn, ref))
 
     def ratio(key: str) -> str:
-        return f"{mine[key] / theirs[key]:.2f}×" if theirs[key] else "n/a"
+        return f"{a[key] / b[key]:.2f}×" if b[key] else "n/a"
 
+    def kib(key: str) -> str:
+        return f"{a[key] / 1024:.1f} KiB vs {b[key] / 1024:.1f} KiB"
 
-    def both(key: str, unit: str) -> str:
-        spread = (f" (IQR {_size(mine['iqr'], unit)})", f" (IQR {_size(theirs['iqr'], unit)})") \
-            if key == "median" else ("", "")
-        return f"{_size(mine[key], unit)}{spread[0]} vs {_size(theirs[key], unit)}{spread[1]}"
-
-    peak = f"tensor peak {both('peak', 'B')}" if mine["peak"] is not None else \
+    time = " vs ".join(f"{m['median'] * 1e6:.1f} µs (IQR {m['iqr'] * 1e6:.1f})" for m in (a, b))
+    peak = f"tensor peak {kib('peak')} ({ratio('peak')})" if a["peak"] is not None else \
         "no tensor peak on the cpu"
-    peaks = f", {ratio('peak')} peak" if mine["peak"] is not None else ""
-    return "measured", (f"{ratio('median')} time, {ratio('saved')} saved{peaks} of {against}'s on"
-                        f" {sample[0]}: forward+backward {both('median', 's')} (median); saved "
-                        f"for backward {both('saved', 'B')}; {peak}")
+    return "measured", (f"{ratio('median')} time, {ratio('saved')} saved of {against}'s, on "
+                        f"{sample[0]}: forward+backward median {time}; saved for backward "
+                        f"{kib('saved')}; {peak}")

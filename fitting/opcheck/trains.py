@@ -61,8 +61,13 @@ def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
     task = SLOTS[slot].task
     cfg = _config(task)
     seeds, steps = (3, STEPS[task] // 2) if quick else (SEEDS, STEPS[task])
-    mine, theirs = ([curve(cfg, slot, f, s, steps, dtype, device) for s in range(seeds)]
-                    for f in (fn, ref))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the models are tiny: a second thread only adds sync cost
+    try:
+        mine, theirs = ([curve(cfg, slot, f, s, steps, dtype, device) for s in range(seeds)]
+                        for f in (fn, ref))
+    finally:
+        torch.set_num_threads(threads)
     verdict, text = trains_same([c[-1] for c in mine], [c[-1] for c in theirs], mine == theirs)
     status = {"identical": "pass", "same": "pass", "differs": "wrong"}.get(verdict, "note")
     return status, f"{text} ({task}: {steps} steps of SGD, seeds 0-{seeds - 1})"

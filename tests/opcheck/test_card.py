@@ -249,7 +249,7 @@ def test_ours_trains_identically_to_builtin_and_the_card_shows_what_it_costs(cap
     assert "identical: every seed's curve is the reference's" in row(out, "trains the same")
     cost = row(out, "cost")
     assert "× time, 1.00× saved" in cost and "on x (256, 64), as the mlp calls it" in cost
-    assert "saved for backward 64 KiB vs 64 KiB" in cost  # ours saves its output, as relu
+    assert "saved for backward 64.0 KiB vs 64.0 KiB" in cost  # ours saves its output, as relu
 
 
 def test_a_tanh_gelu_trains_the_same_as_gelu_exit_0_with_a_note(capsys, real_rows):

@@ -64,7 +64,8 @@ def test_a_users_models_py_that_clashes_is_named_in_one_line(tmp_path, monkeypat
                        "new module")
 
 
-def test_the_precheck_is_the_cards_training_row(capsys):
+def test_the_precheck_is_the_cards_training_row(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "trains", lambda *a, **k: ("n/a", "not trained here"))
     with pytest.raises(OpRefused) as err:
         precheck("activation", user_ops.relu_one_at_zero, device="cpu", dtype=torch.float32)
     assert main(["activation", U + "relu_one_at_zero", "--no-compile", "--quick"]) == 1
