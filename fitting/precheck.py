@@ -32,18 +32,12 @@ def precheck(slot: str, fn: Callable, *, device: torch.device | str, dtype: torc
     computes the twin, else itself; OpRefused (one line) when a row is wrong or unsupported, or
     the op cannot run."""
     key, the_card = key or f"ops.{slot}", f" (the card: {command(slot, choice, dtype, device)})"
-
-    def refused(head: str, text: str, also: str = "") -> OpRefused:  # one line, <= 400 chars
-        room = max(80, 400 - len(head) - len(also + the_card))
-        text = text if len(text) <= room else text[: room - 3] + "..."
-        return OpRefused(head + text + also + the_card)
-
     try:
         rows = judge(slot_case(slot, fn, dtype, device), uses)
     except CannotRun as err:
-        raise refused(f"{key}: ", str(err)) from None
+        raise OpRefused(f"{key}: {err}{the_card}") from None
     for use, found in rows.items():
         status, text = max(found, key=lambda f: RANK.index(f[0]))
         if status in ("wrong", "unsupported"):
             also = f"; {NEEDS[use]} needs it" if use in NEEDS else ""
-            raise refused(f"{key}: {status} for {NAMES[use]}: ", text, also)
+            raise OpRefused(f"{key}: {status} for {NAMES[use]}: {text}{also}{the_card}")
