@@ -151,7 +151,8 @@ def relu_item(x):
     return torch.relu(x)
 
 
-# Hostile ops: each fails to return in its own way; the card and the app say so in one line.
+# Hostile ops: each fails to return in its own way; the card and the app say so in one line,
+# exit 2 (the app writes nothing).
 
 
 def interrupts(x):
@@ -222,13 +223,16 @@ class ExitsInBackward(torch.autograd.Function):
 
 
 def relu_off(x):
-    """0.5 % off: only the float32 tolerance (rtol 1e-5) sees it."""
+    """0.5 % off. Against torch.relu with no task to train (`any`), only the float32 tolerance
+    (rtol 1e-5) sees it: wrong. In the activation slot without --ref it computes no relu, so it
+    is its own reference; with --ref builtin the mlp trains the same: approximate, a note."""
     return torch.relu(x) * 1.005
 
 
 class ReLUInFloat32(torch.autograd.Function):
-    """ReLU computed in float32 whatever the dtype: exact in float32, so only gradcheck (in
-    float64, against the numerical gradient of the rounded forward) sees it."""
+    """ReLU computed in float32 whatever the dtype: exact in float32, so in the training row only
+    gradcheck (in float64, against the numerical gradient of the rounded forward) sees it: wrong
+    for training (and gradgradcheck for second order)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -243,7 +247,8 @@ class ReLUInFloat32(torch.autograd.Function):
 
 class AddOneNoDirty(torch.autograd.Function):
     """The ctx.mark_dirty docstring's example with that line removed: x changed in place (through
-    NumPy) unknown to autograd. Its forward is x + 1, its gradient 1: right as a value."""
+    NumPy) unknown to autograd. Its forward is x + 1, its gradient 1: right as values; against
+    add_one, wrong for training by what it does to x alone."""
 
     @staticmethod
     def forward(ctx, x):
@@ -262,7 +267,7 @@ def add_one(x):
 
 
 class LinearDropsBiasTangent(torch.autograd.Function):
-    """A linear whose jvp forgets the bias's tangent: forward AD (lm) alone sees it."""
+    """A linear whose jvp forgets the bias's tangent: wrong for forward AD (lm) alone."""
 
     generate_vmap_rule = True
 
@@ -319,7 +324,8 @@ def hard_sigmoid_samples():
 
 
 class ReLUGradOver100(torch.autograd.Function):
-    """A right forward, 1/100 of the gradient: it trains far slower."""
+    """A right forward, 1/100 of the gradient: wrong for training, and it trains far slower
+    (trains the same: differs)."""
 
     @staticmethod
     def forward(ctx, x):
