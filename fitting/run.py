@@ -26,7 +26,7 @@ from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
 from fitting.files import write_atomic
 from fitting.loop import NonFinite, Run, SecondSignal, Signals, State, Stopped, evaluate, train
-from fitting.precheck import precheck
+from fitting.precheck import OpRefused, precheck
 from fitting.rundir import WRITE_FAULT, RunDir, fault, resume_command, resume_config
 from fitting.slots import describe, resolve, source, uses
 from fitting.track.memory import peak_rss_bytes
@@ -82,15 +82,18 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
 def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     """The model's op in each slot (cfg.task.ops, built by Hydra through fitting.slots.op), a
     user's op pre-checked for the uses this run makes of it; ConfigError if one is refused."""
-    ops = {}
+    ops, choices = {}, {slot: _choice(cfg, slot) for slot in cfg.task.ops}
     with _as_config_error():
-        for slot in cfg.task.ops:
-            choice = _choice(cfg, slot)
-            key = f"ops.{slot}={describe(choice)}"
-            ops[slot] = resolve(slot, choice, key)
-            if choice not in ("custom", "builtin"):
-                precheck(slot, ops[slot], device=device, dtype=dtype, key=key,
+        for slot, choice in choices.items():
+            ops[slot] = resolve(slot, choice, f"ops.{slot}={describe(choice)}")
+    for slot, choice in choices.items():
+        if choice not in ("custom", "builtin"):
+            try:
+                precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,
+                         key=f"ops.{slot}={describe(choice)}",
                          uses=uses(_name(cfg.optimizer), cfg.compile))
+            except OpRefused as err:  # its one line whole: it ends with the card's command
+                raise ConfigError(str(err)) from None
     return ops
 
 

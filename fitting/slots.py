@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import os
 import pkgutil
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import models.ops
+from fitting.boundary import CannotRun, guarded
 from models.layers import Activation, FusedConvBN2d, Linear
 from models.poly3 import Poly3
 
@@ -39,7 +42,7 @@ class Slot:
     twin: Callable
     layer: type  # the module that calls it
     task: str  # conf/task/<task>.yaml: the smallest task whose model calls it (the card trains it)
-    samples: Callable[[torch.dtype, torch.device | str], list[Sample]]
+    samples: Callable[..., list[Sample]]  # (dtype, device, big=False): big, the model's size
 
 
 def _tensor(g: torch.Generator, dtype, device, *shape, grad=True, scale=1.0, shift=0.0):
@@ -48,34 +51,43 @@ def _tensor(g: torch.Generator, dtype, device, *shape, grad=True, scale=1.0, shi
     return (shift + scale * (x + 0.1 * x.sign())).to(device, dtype).requires_grad_(grad)
 
 
-def _elementwise(shapes: dict[str, tuple[int, ...]]) -> Callable:
-    """Samples of an elementwise op: x as each model calls it, then the edge values."""
-    def samples(dtype, device) -> list[Sample]:
+def _elementwise(shapes: dict[str, tuple[int, ...]], sized: dict[str, tuple[int, ...]]
+                 ) -> Callable:
+    """Samples of an elementwise op: x as each model calls it, then the edge values; with `big`,
+    x at the size the model calls it (what the card's cost row times)."""
+    def samples(dtype, device, big: bool = False) -> list[Sample]:
         g = torch.Generator().manual_seed(0)
         made = [(label, (_tensor(g, dtype, device, *shape),), {}, True)
-                for label, shape in shapes.items()]
+                for label, shape in (sized if big else shapes).items()]
         edges = [(k, (torch.tensor(v, dtype=dtype, device=device, requires_grad=True),), {}, True)
                  for k, v in EDGES.items()]
-        return made + edges
+        return made + edges * (not big)
     return samples
 
 
-def _linear_samples(dtype, device) -> list[Sample]:
+def _linear_samples(dtype, device, big: bool = False) -> list[Sample]:
     g = torch.Generator().manual_seed(0)
 
     def t(*shape):
         return _tensor(g, dtype, device, *shape)
 
+    if big:
+        return [("x (256, 64), as the mlp calls it", (t(256, 64), t(64, 64), t(64)), {}, True)]
     return [("x 2-D, as the models call it", (t(4, 8), t(5, 8), t(5)), {}, True),
             ("x N-D (2, 3, 8), which no model passes", (t(2, 3, 8), t(5, 8), t(5)), {}, False)]
 
 
-def _conv_bn_samples(dtype, device) -> list[Sample]:
+def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
     g = torch.Generator().manual_seed(0)
 
     def t(*shape, **kw):
         return _tensor(g, dtype, device, *shape, **kw)
 
+    if big:  # the cnn's first block, a batch of 64 images
+        return [("x (64, 1, 32, 32), as the cnn calls it", (
+            t(64, 1, 32, 32), t(8, 1, 3, 3), t(8), t(8), t(8, grad=False, scale=0),
+            t(8, grad=False, scale=0, shift=1), True, 0.1, 1e-5, (1, 1), (1, 1), (1, 1), 1), {},
+            True)]
     stats = {"training": (t(2, grad=False, scale=0), t(2, grad=False, scale=0, shift=1)),
              "eval": (t(2, grad=False, scale=0.3), t(2, grad=False, scale=0.1, shift=1))}
     return [(f"{mode} mode", (t(2, 1, 3, 3), t(2, 1, 3, 3), t(2, scale=0.1, shift=1), t(2), *s,
@@ -86,11 +98,13 @@ def _conv_bn_samples(dtype, device) -> list[Sample]:
 SLOTS: dict[str, Slot] = {
     "linear": Slot(models.ops.linear, F.linear, Linear, "mlp", _linear_samples),
     "activation": Slot(models.ops.relu, torch.relu, Activation, "mlp", _elementwise(
-        {"x, as the mlp calls it": (4, 8), "x 4-D, as in the cnn": (2, 3, 4, 4)})),
+        {"x, as the mlp calls it": (4, 8), "x 4-D, as in the cnn": (2, 3, 4, 4)},
+        {"x (256, 64), as the mlp calls it": (256, 64)})),
     "conv_bn": Slot(models.ops.fused_conv_bn2d, models.ops.conv_bn_reference, FusedConvBN2d,
                     "cnn", _conv_bn_samples),
     "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, Poly3, "poly3",
-                        _elementwise({"x, as poly3 calls it": (16,)})),
+                        _elementwise({"x, as poly3 calls it": (16,)},
+                                     {"x (2000,), as poly3 calls it": (2000,)})),
 }
 # What an optimizer computes through the ops, beyond training's forward and gradient: newton a
 # Hessian by double backward, lm a Jacobian by forward AD (or by double backward where an op has
@@ -145,7 +159,8 @@ def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
 
     key = key or f"ops.{slot}={describe(choice)}"
     try:
-        fn = instantiate({"_target_": "fitting.slots.op", "slot": slot, "choice": choice})
+        with guarded():  # importing the user's module runs its code
+            fn = instantiate({"_target_": "fitting.slots.op", "slot": slot, "choice": choice})
     except Exception as err:  # noqa: BLE001  an import error, a bad _target_, the user's code
         partial = isinstance(choice, dict) and not choice.get("_partial_")
         raise ValueError(f"{key}: {line(err)}" + "; add _partial_: true" * partial) from None
@@ -154,10 +169,33 @@ def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
     return fn
 
 
+def param_names(*fns: Callable) -> list[str]:
+    """The positional parameter names of the first of `fns` that shows any (a Function: its
+    forward's, less ctx; a torch.library op: the function it was made from)."""
+    for fn in fns:
+        while isinstance(fn, functools.partial):
+            fn = fn.func
+        owner, skip = getattr(fn, "__self__", None), 0
+        if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+            fn, skip = owner.forward, owner.setup_context is torch.autograd.Function.setup_context
+        try:
+            params = list(inspect.signature(getattr(fn, "_init_fn", fn)).parameters.values())
+        except (TypeError, ValueError):
+            continue
+        names = [p.name for p in params[skip:]
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if names:
+            return names
+    return []
+
+
 def line(err: BaseException) -> str:
-    """`Type: first line` of the innermost cause (the real one under a framework's rethrows)."""
-    while err.__cause__ or err.__context__:
+    """`Type: first line` of the innermost cause (the real one under a framework's rethrows);
+    a CannotRun's own words."""
+    while not isinstance(err, CannotRun) and (err.__cause__ or err.__context__):
         err = err.__cause__ or err.__context__
+    if isinstance(err, CannotRun):
+        return str(err)
     lines = [s.strip() for s in str(err).splitlines() if s.strip()]
     where = next((f" ({s})" for s in lines if s.startswith("Caused by:")), "")  # dynamo's
     return f"{type(err).__name__}: {lines[0]}{where}"[:300] if lines else type(err).__name__
@@ -169,6 +207,14 @@ def describe(choice: Any) -> str:
         return str(choice)
     args = ", ".join(f"{k}={v}" for k, v in choice.items() if not str(k).startswith("_"))
     return f"{choice.get('_target_', '?')}({args})"
+
+
+def spec_arg(choice: Any) -> str:
+    """A choice as the card's SPEC argument, in Hydra's override syntax, quoted for a shell."""
+    if isinstance(choice, dict):
+        choice = "{" + ",".join(f"{k}:{str(v).lower() if isinstance(v, bool) else v}"
+                                for k, v in choice.items()) + "}"
+    return shlex.quote(str(choice))
 
 
 def source(fn: Callable) -> dict[str, str] | None:

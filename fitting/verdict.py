@@ -1,46 +1,56 @@
-"""The verdicts of an op against its reference, shared by the pre-check (fitting.precheck) and the
-card (fitting.opcheck): the training row (forward and gradients against the reference's
-autograd, as models call the op; kinks and non-finite values as notes), and the rows of what
-newton and lm compute (fitting.optim.derivatives)."""
+"""The training row of an op against its reference, shared by the pre-check (fitting.precheck)
+and the card (fitting.opcheck): forward and gradients against the reference's autograd, as
+models call the op, on fresh copies; what it returns and what it does to its inputs; kinks and
+non-finite values as notes. Every call of the op is guarded (fitting.boundary)."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
-from fitting.optim.derivatives import hessian, jacobian
+from fitting.boundary import CannotRun, form, guarded
 from fitting.slots import Sample, line
 
-RANK = ("n/a", "pass", "same as the reference", "note", "not judged", "unsupported", "wrong")
-NEEDS = {"second_order": "optimizer=newton", "forward_ad": "optimizer=lm"}
+RANK = ("n/a", "measured", "pass", "same as the reference", "note", "unsupported", "wrong")
+OFF = "beyond rtol"  # in the text of every value difference: what an approximate op differs by
+TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-7, 1e-7), torch.float16: (1e-3, 1e-3),
+       torch.bfloat16: (1.6e-2, 1e-2)}  # rtol, atol: room for a different but right formula
 Finding = tuple[str, str]  # (a RANK status, what was found)
 
 
-class CannotRun(Exception):
-    """The op (or its reference) cannot be called on the inputs at all."""
+@dataclass
+class Case:
+    """An op to judge: its reference (itself where none applies), what fixes the form of its
+    output (the slot's twin, or the reference), its samples, parameter names and tolerance."""
+
+    fn: Callable
+    ref: Callable
+    like: Callable
+    samples: list[Sample]
+    names: list[str]
+    tol: tuple[float, float]
+    contract: str = "the reference"  # who `like` is, in words
+
+    def parts(self, n: int = 0) -> list[tuple[str, object, bool]]:
+        """(name, value, keyword?) of each argument of sample n."""
+        return parts_of(self.samples[n], self.names)
 
 
-def param_names(*fns: Callable) -> list[str]:
-    """The positional parameter names of the first of `fns` that shows any (a Function: its
-    forward's, less ctx; a torch.library op: the function it was made from)."""
-    for fn in fns:
-        while isinstance(fn, functools.partial):
-            fn = fn.func
-        owner, skip = getattr(fn, "__self__", None), 0
-        if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
-            fn, skip = owner.forward, owner.setup_context is torch.autograd.Function.setup_context
-        try:
-            params = list(inspect.signature(getattr(fn, "_init_fn", fn)).parameters.values())
-        except (TypeError, ValueError):
-            continue
-        names = [p.name for p in params[skip:]
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if names:
-            return names
-    return []
+@dataclass
+class Run:
+    """One call and its backward: the copies that train, the other tensor arguments after the
+    call, what it returned, its floating outputs, the gradients, the inputs it changed in place
+    unknown to autograd, and (where, error) if it raised."""
+
+    leaves: dict = field(default_factory=dict)
+    rest: dict = field(default_factory=dict)
+    raw: object = None
+    outs: list = field(default_factory=list)
+    grads: dict = field(default_factory=dict)
+    changed: list = field(default_factory=list)
+    error: tuple[str, BaseException] | None = None
 
 
 def tensors(obj, path: str) -> list[tuple[str, torch.Tensor]]:
@@ -52,11 +62,12 @@ def tensors(obj, path: str) -> list[tuple[str, torch.Tensor]]:
     return []
 
 
-def _map(obj, f: Callable, path: str):
+def remap(obj, f: Callable, path: str):
+    """obj with each tensor t in it replaced by f(its path, t)."""
     if isinstance(obj, torch.Tensor):
         return f(path, obj)
     if isinstance(obj, list | tuple):
-        return type(obj)(_map(o, f, f"{path}[{i}]") for i, o in enumerate(obj))
+        return type(obj)(remap(o, f, f"{path}[{i}]") for i, o in enumerate(obj))
     return obj
 
 
@@ -68,50 +79,64 @@ def parts_of(sample: Sample, names: list[str]) -> list[tuple[str, object, bool]]
             *((k, v, True) for k, v in kwargs.items())]
 
 
-def _apply(fn: Callable, parts, f: Callable) -> list[torch.Tensor]:
-    """fn's floating outputs, each tensor argument replaced by f(path, tensor)."""
-    try:
-        out = fn(*(_map(v, f, n) for n, v, kw in parts if not kw),
-                 **{n: _map(v, f, n) for n, v, kw in parts if kw})
-    except SystemExit as err:
-        raise CannotRun(f"it called sys.exit({err.code!r}); an op returns or raises") from None
+def call(fn: Callable, parts, f: Callable):
+    """What fn returns, each tensor argument replaced by f(path, tensor)."""
+    return fn(*(remap(v, f, n) for n, v, kw in parts if not kw),
+              **{n: remap(v, f, n) for n, v, kw in parts if kw})
+
+
+def floats(out) -> list[torch.Tensor]:
+    """The floating tensors of an output."""
     return [t for _, t in tensors(out, "out") if t.is_floating_point()]
 
 
-def _v(t: torch.Tensor, k: int) -> torch.Tensor:  # the fixed incoming gradient of output k
+def incoming(t: torch.Tensor, k: int) -> torch.Tensor:
+    """The fixed random incoming gradient of output k."""
     return torch.randn(t.shape, generator=torch.Generator().manual_seed(k),
                        dtype=torch.float64).to(t.device, t.dtype)
 
 
-def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None):
-    """(leaves, other tensors, outputs, {leaf: gradient}) of one call on fresh copies, what
-    trains called as a non-leaf (as a model calls an op on activations); or (where, error)."""
-    leaves, rest = {}, {}
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> Run:
+    """One guarded call and backward on fresh copies, what trains called as a non-leaf (as a
+    model calls an op on activations)."""
+    run, given = Run(), {}
 
     def fresh(path, t):
         c = t.detach().to(dtype if dtype and t.is_floating_point() else t.dtype, copy=True)
         if not t.requires_grad:
-            rest[path] = c
+            run.rest[path] = c
             return c
-        leaves[path] = (c + (shift or {}).get(path, 0)).requires_grad_()
-        return leaves[path].clone()
+        run.leaves[path] = (c + (shift or {}).get(path, 0)).requires_grad_()
+        x = run.leaves[path].clone()
+        given[path] = (x, x.detach().clone(), x.grad_fn)
+        return x
 
     try:
-        outs = _apply(fn, parts, fresh)
-    except CannotRun:
-        raise
+        with guarded():
+            run.raw = call(fn, parts, fresh)
     except Exception as err:
-        return "calling it", err
-    pairs = [(o, _v(o, k)) for k, o in enumerate(outs) if o.requires_grad]
+        run.error = ("calling it", err)
+        return run
+    run.outs = floats(run.raw)
+    run.changed = [p for p, (x, before, node) in given.items()
+                   if x.grad_fn is node and not _same(x.detach(), before)]
+    pairs = [(o, incoming(o, k)) for k, o in enumerate(run.outs) if o.requires_grad]
     try:
-        grads = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()),
-                                    [v for _, v in pairs], allow_unused=True) if pairs else ()
+        with guarded():
+            grads = torch.autograd.grad([o for o, _ in pairs], list(run.leaves.values()),
+                                        [v for _, v in pairs], allow_unused=True) if pairs else ()
     except Exception as err:
-        return "its backward", err
-    return leaves, rest, outs, dict(zip(leaves, [*grads, *[None] * len(leaves)], strict=False))
+        run.error = ("its backward", err)
+        return run
+    run.grads = dict(zip(run.leaves, [*grads, *[None] * len(run.leaves)], strict=False))
+    return run
 
 
-def _differ(got: torch.Tensor, want: torch.Tensor, tol) -> list[int]:
+def differ(got: torch.Tensor, want: torch.Tensor, tol) -> list[int]:
     """The flat indices where got and want differ beyond tol, worst first."""
     g, w = got.detach().double().reshape(-1), want.detach().double().reshape(-1)
     close = torch.isclose(g, w, *tol, equal_nan=True)
@@ -119,10 +144,11 @@ def _differ(got: torch.Tensor, want: torch.Tensor, tol) -> list[int]:
     return err.argsort(descending=True)[: int((~close).sum())].tolist()
 
 
-def _how(got, want, bad: list[int], tol, i: int | None = None, scale=None) -> str:
+def how(got, want, bad: list[int], tol, i: int | None = None, scale=None) -> str:
+    """`got vs want; n of N differ beyond rtol R, atol A` at entry i (default the worst)."""
     i = bad[0] if i is None else i
     g, w = (_item(t, i, scale) for t in (got, want))
-    return f"{g:.6g} vs {w:.6g}; {len(bad)} of {got.numel()} differ beyond rtol {tol[0]:g}, " \
+    return f"{g:.6g} vs {w:.6g}; {len(bad)} of {got.numel()} differ {OFF} {tol[0]:g}, " \
         f"atol {tol[1]:g}"
 
 
@@ -130,92 +156,107 @@ def _item(t: torch.Tensor, i: int, scale=None) -> float:  # per unit incoming gr
     return t.reshape(-1)[i].item() / (1.0 if scale is None else scale[i].item()) + 0.0
 
 
-def _at(path: str, t: torch.Tensor, i: int, value: bool = True) -> str:
+def at(path: str, t: torch.Tensor, i: int, value: bool = True) -> str:
+    """`path[i, j]` of flat index i (`= value` with value)."""
     idx = ", ".join(str(int(k)) for k in torch.unravel_index(torch.tensor(i), t.shape))
     return f"{path}[{idx}]" + (f" = {t.reshape(-1)[i].item():g}" if value else "")
+
+
+def kinks(got: torch.Tensor, side_a: torch.Tensor, side_b: torch.Tensor, bad: list[int]):
+    """Which `bad` entries of got lie between the one-sided values a small step either side,
+    where those differ (a kink: any value between them is a subgradient, right)."""
+    a, b = side_a.detach().double().reshape(-1), side_b.detach().double().reshape(-1)
+    lo, hi, g = a.minimum(b), a.maximum(b), got.detach().double().reshape(-1)
+    slack = 1e-3 * (1 + lo.abs() + hi.abs())
+    return ((hi - lo > slack) & (g >= lo - slack) & (g <= hi + slack))[bad]
 
 
 def _gradient(ref, parts, path: str, leaf, got, want, tol, scale) -> list[Finding]:
     """A gradient that differs is wrong, unless only where the reference has a kink and there
     between its one-sided derivatives (its gradients a small step either side)."""
-    bad = _differ(got, want, tol)
-    if not bad:
+    if not (bad := differ(got, want, tol)):
         return []
     x = leaf.detach().double()
     sides = [run_op(ref, parts, torch.float64, {path: s * 1e-6 * x.abs().clamp_min(1)})
              for s in (-1, 1)] if x.isfinite().all() else []
     ok = torch.zeros(len(bad), dtype=torch.bool)
-    if sides and all(len(s) == 4 for s in sides):
-        a, b = (s[3][path].reshape(-1).double() for s in sides)
-        lo, hi, g = a.minimum(b), a.maximum(b), got.detach().double().reshape(-1)
-        slack = 1e-3 * (1 + lo.abs() + hi.abs())
-        ok = ((hi - lo > slack) & (g >= lo - slack) & (g <= hi + slack))[bad]
+    if sides and not any(s.error for s in sides):
+        ok = kinks(got, *(s.grads[path] for s in sides), bad)
     if not ok.all():
         i = bad[int((~ok).nonzero()[0])]
-        return [("wrong", f"gradient of {path} at {_at(path, leaf, i)}: "
-                          f"{_how(got, want, bad, tol, i, scale)}")]
-    i = bad[0]
-    sided = sorted((_item(lo, i, scale), _item(hi, i, scale)))
-    return [("note", f"at {_at(path, leaf, i)} the reference has a kink (one-sided derivatives "
+        return [("wrong", f"gradient of {path} at {at(path, leaf, i)}: "
+                          f"{how(got, want, bad, tol, i, scale)}")]
+    i, (a, b) = bad[0], (s.grads[path].reshape(-1).double() for s in sides)
+    sided = sorted((_item(a, i, scale), _item(b, i, scale)))
+    return [("note", f"at {at(path, leaf, i)} the reference has a kink (one-sided derivatives "
                      f"{sided[0]:.3g} and {sided[1]:.3g}): the gradient {_item(got, i, scale):.6g},"
                      f" the reference's {_item(want, i, scale):.6g}, both right ({len(bad)} such "
                      f"point{'s' * (len(bad) > 1)})")]
 
 
-def compare_runs(ref, parts, got, want, tol) -> list[Finding]:
-    """What differs between two run_op results (got: the op's, want: the reference's)."""
-    (leaves, rest, outs, grads), (_, w_rest, w_outs, w_grads) = got, want
-    if [(o.shape, o.dtype) for o in outs] != [(o.shape, o.dtype) for o in w_outs]:
-        shapes = [[f"{tuple(o.shape)} {o.dtype}" for o in os] for os in (outs, w_outs)]
-        return [("wrong", f"returns {shapes[0]}, the reference {shapes[1]}")]
-    found, x = [], next(iter(leaves.items()), None)
-    for k, (o, w) in enumerate(zip(outs, w_outs, strict=True)):
-        if bad := _differ(o, w, tol):
-            name = "out" if len(outs) == 1 else f"out[{k}]"
-            where = _at(*x, bad[0]) if x and x[1].shape == o.shape else _at(name, o, bad[0], False)
-            found.append(("wrong", f"forward at {where}: {_how(o, w, bad, tol)}"))
-    for path, t in rest.items():
-        if bad := _differ(t, w_rest[path], tol):
-            found.append(("wrong", f"{path} after the call: {_how(t, w_rest[path], bad, tol)}"))
+def compare_runs(ref, parts, got: Run, want: Run, tol) -> list[Finding]:
+    """What differs between two runs (got: the op's, want: the reference's)."""
+    found = [("wrong", f"it changes {p} in place without ctx.mark_dirty: autograd does not "
+                       f"know, so what used {p} before gets wrong gradients") for p in got.changed]
+    if [(o.shape, o.dtype) for o in got.outs] != [(o.shape, o.dtype) for o in want.outs]:
+        return [*found, ("wrong", f"returns {form(got.raw)}, the reference {form(want.raw)}")]
+    x = next(iter(got.leaves.items()), None)
+    for k, (o, w) in enumerate(zip(got.outs, want.outs, strict=True)):
+        if bad := differ(o, w, tol):
+            name = "out" if len(got.outs) == 1 else f"out[{k}]"
+            where = at(*x, bad[0]) if x and x[1].shape == o.shape else at(name, o, bad[0], False)
+            found.append(("wrong", f"forward at {where}: {how(o, w, bad, tol)}"))
+    for path, t in got.rest.items():
+        if bad := differ(t, want.rest[path], tol):
+            found.append(("wrong", f"{path} after the call: {how(t, want.rest[path], bad, tol)}"))
     if found:
         return found
-    if any(o.requires_grad for o in w_outs) and not any(o.requires_grad for o in outs):
+    if any(o.requires_grad for o in want.outs) and not any(o.requires_grad for o in got.outs):
         return [("wrong", "its output does not require grad, so nothing before it trains")]
-    for path, leaf in leaves.items():
-        one = len(outs) == 1 and outs[0].shape == leaf.shape  # elementwise: say d out / d x
-        scale = _v(outs[0], 0).double().reshape(-1) if one else None
-        if grads[path] is None and w_grads[path] is not None:
+    for path, leaf in got.leaves.items():
+        one = len(got.outs) == 1 and got.outs[0].shape == leaf.shape  # elementwise: d out / d x
+        scale = incoming(got.outs[0], 0).double().reshape(-1) if one else None
+        mine, theirs = got.grads[path], want.grads[path]
+        if mine is None and theirs is not None:
             found.append(("wrong", f"no gradient for {path}, so {path} would never train"))
-        elif w_grads[path] is not None:
-            found += _gradient(ref, parts, path, leaf, grads[path], w_grads[path], tol, scale)
+        elif theirs is not None:
+            found += _gradient(ref, parts, path, leaf, mine, theirs, tol, scale)
     return found
 
 
-def judge_training(fn: Callable, ref: Callable, samples: list[Sample], names: list[str],
-                   tol: tuple[float, float]) -> list[Finding]:
-    """The training row: forward and gradients against the reference's autograd, per sample;
-    a difference on non-finite or never-used inputs is a note. CannotRun: fn cannot run."""
-    found = []
-    for n, sample in enumerate(samples):
-        label, parts = sample[0], parts_of(sample, names)
-        must = sample[3] and all(t.isfinite().all() for _, t in tensors(sample[1:3], "")
-                                 if t.is_floating_point())
-        want, got = run_op(ref, parts), run_op(fn, parts)
-        if n == 0 and (len(want) == 2 or got[0] == "calling it"):
-            who, err = ("the reference", want) if len(want) == 2 else ("it", got)
-            raise CannotRun(f"calling {who} on {label}: {line(err[1])}")
-        if len(want) == 2:
-            same = len(got) == 2 and got[0] == want[0]
-            found.append(("same as the reference" if same else "note",
-                          f"{label}: {want[0]} the reference raised {line(want[1])}"))
-        elif len(got) == 2:
-            found.append(("wrong" if must else "note", f"{label}: {got[0]} raised {line(got[1])}"))
-        else:
-            found += [(s if must else "note", f"{label}: {text}")
-                      for s, text in compare_runs(ref, parts, got, want, tol)]
+def _sample(case: Case, n: int, sample: Sample) -> list[Finding]:
+    """The findings on one sample; CannotRun where the op cannot run as the models call it."""
+    label, parts = sample[0], parts_of(sample, case.names)
+    must = sample[3] and all(t.isfinite().all() for _, t in tensors(sample[1:3], "")
+                             if t.is_floating_point())
+    want, got = run_op(case.ref, parts), run_op(case.fn, parts)
+    if got.error and (must or isinstance(got.error[1], CannotRun)):
+        raise CannotRun(f"{got.error[0]} on {label}: {line(got.error[1])}")
+    if want.error:
+        if n == 0:
+            raise CannotRun(f"calling the reference on {label}: {line(want.error[1])}")
+        same = got.error and got.error[0] == want.error[0]
+        return [("same as the reference" if same else "note",
+                 f"{label}: {want.error[0]} the reference raised {line(want.error[1])}")]
+    if got.error:
+        return [("note", f"{label}: {got.error[0]} raised {line(got.error[1])}")]
+    like = want.raw if case.like is case.ref else run_op(case.like, parts).raw
+    if form(got.raw) != form(like):
+        text = f"it returns {form(got.raw)} on {label}; {case.contract} returns {form(like)}"
+        if must:
+            raise CannotRun(text)
+        return [("note", text)]
+    return [(s if must else "note", f"{label}: {text}")
+            for s, text in compare_runs(case.ref, parts, got, want, case.tol)]
+
+
+def judge_training(case: Case) -> list[Finding]:
+    """Forward and gradients against the reference's autograd, per sample; a difference on
+    non-finite or never-used inputs is a note. CannotRun: the op cannot run."""
+    found = [f for n, sample in enumerate(case.samples) for f in _sample(case, n, sample)]
     if "wrong" not in (s for s, _ in found):
-        found.insert(0, ("pass", "forward and gradients as the reference's on "
-                                 f"{len(samples)} sample{'s' * (len(samples) > 1)}"))
+        n, how_ = len(case.samples), "run" if case.ref is case.fn else "as the reference's"
+        found.insert(0, ("pass", f"forward and gradients {how_} on {n} sample{'s' * (n > 1)}"))
     return found
 
 
@@ -227,60 +268,10 @@ def call_on(fn: Callable, parts, params: dict, dtype=None) -> list[torch.Tensor]
         t = params[p] if p in params else t.detach()
         return t.to(dtype if dtype and t.is_floating_point() else t.dtype, copy=True)
 
-    return _apply(fn, parts, arg)
-
-
-def _derivative(use: str, fn: Callable, parts):
-    """fitting.optim.derivatives' hessian of a squared output (as newton) or jacobian (as lm)."""
-    leaves = leaves_of(parts)
-    try:
-        if use == "second_order":
-            ps = {p: t.requires_grad_() for p, t in leaves.items()}
-            return hessian(lambda: sum((o * _v(o, k)).square().sum() for k, o in
-                                       enumerate(call_on(fn, parts, ps))), list(ps.values()))
-        return jacobian(lambda p: torch.cat([o.reshape(-1) for o in
-                                             call_on(fn, parts, p or leaves)]), leaves)
-    except CannotRun:
-        raise
-    except Exception as err:
-        return err
-
-
-def judge_derivatives(use: str, fn: Callable, ref: Callable, sample: Sample, names: list[str],
-                      tol: tuple[float, float]) -> list[Finding]:
-    """The second_order (newton's hessian) or forward_ad (lm's jacobian) row, against the
-    reference's on the same sample."""
-    parts = parts_of(sample, names)
-    what = f"{'hessian' if use == 'second_order' else 'jacobian'} (what {NEEDS[use]} runs)"
-    got, want = _derivative(use, fn, parts), _derivative(use, ref, parts)
-    if isinstance(want, Exception):
-        same = isinstance(got, Exception)
-        return [("same as the reference" if same else "not judged",
-                 f"the reference's {what} fails{' too' if same else ''}: {line(want)}")]
-    if isinstance(got, Exception):
-        return [("unsupported", f"its {what} fails: {line(got)}")]
-    if not (bad := _differ(got, want, tol)):
-        return [("pass", f"{what} as the reference's")]
-    if not got.any():  # what torch gives, silently, where it cannot differentiate
-        why = "its backward is not differentiable (once_differentiable, or not torch ops)" \
-            if use == "second_order" else "no jvp reaches it (a torch.library op drops tangents)"
-        return [("unsupported", f"its {what} is all zeros, the reference's is not: {why}")]
-    r, c = divmod(bad[0], got.shape[1])
-    leaves = leaves_of(parts)
-    where = f"d²/d{_entry(leaves, r)} d{_entry(leaves, c)}" if use == "second_order" \
-        else f"d out[{r}]/d {_entry(leaves, c)}"
-    return [("wrong", f"{what} at {where}: {_how(got, want, bad, tol)}")]
+    return floats(call(fn, parts, arg))
 
 
 def leaves_of(parts) -> dict[str, torch.Tensor]:
     """Copies of the tensors of a sample's arguments that train (requires_grad), by path."""
     return {p: t.detach().clone() for n, v, _ in parts for p, t in tensors(v, n)
             if t.requires_grad}
-
-
-def _entry(leaves: dict[str, torch.Tensor], j: int) -> str:
-    for p, t in leaves.items():
-        if j < t.numel():
-            return _at(p, t, j, False)
-        j -= t.numel()
-    return "?"

@@ -1,6 +1,7 @@
 """fitting.slots: an op choice to its callable; fitting.precheck: the pre-check a run makes of a
 user's op."""
 
+import shlex
 import sys
 import threading
 
@@ -8,13 +9,17 @@ import pytest
 import torch
 
 import fitting.optim.derivatives as derivatives
+import fitting.uses as uses_
 from docs.examples.tutorial_ops import LegendrePolynomial3, MyReLU
-from fitting import slots, verdict
-from fitting.opcheck import clash
+from fitting import slots
+from fitting.opcheck import clash, cli
 from fitting.opcheck.cli import main
-from fitting.precheck import OpRefused, precheck
+from fitting.precheck import OpRefused, command, precheck
+from fitting.uses import NAMES
 from models.ops import legendre_p3_reference, relu
 from tests.opcheck import user_ops
+
+U, EX = "tests.opcheck.user_ops:", "docs.examples."
 
 
 def test_each_choice_resolves_to_its_callable():
@@ -59,23 +64,67 @@ def test_a_users_models_py_that_clashes_is_named_in_one_line(tmp_path, monkeypat
                        "new module")
 
 
-def test_the_precheck_is_the_cards_training_row(capsys):
-    with pytest.raises((OpRefused, ValueError)) as err:
+def test_the_precheck_is_the_cards_training_row(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "trains", lambda *a, **k: ("n/a", "not trained here"))
+    with pytest.raises(OpRefused) as err:
         precheck("activation", user_ops.relu_one_at_zero, device="cpu", dtype=torch.float32)
-    assert main(["activation", "tests.opcheck.user_ops:relu_one_at_zero", "--no-compile"]) == 1
+    assert main(["activation", U + "relu_one_at_zero", "--no-compile", "--quick"]) == 1
     wrong = capsys.readouterr().out.splitlines()[1].split("wrong", 1)[1].strip()
-    assert str(err.value).startswith(f"ops.activation: wrong for training: {wrong}")
+    assert str(err.value).startswith(f"ops.activation: wrong for training: {wrong} (the card: "
+                                     "python -m fitting.opcheck activation '<your op>')")
     precheck("activation", MyReLU.apply, device="cpu", dtype=torch.float32)  # a note passes
 
 
+CARDED = [("activation", EX + "tutorial_ops:MyReLU"), ("legendre_p3", EX + "tutorial_ops:SinhBad"),
+          ("activation", U + "ReLUInFloat32"), ("linear", U + "LinearDropsBiasTangent"),
+          ("activation", U + "ReLUOnce"), ("activation", EX + "ste:RoundSTE"),
+          ("legendre_p3", "models.ops.exhibits.legendre_numpy:legendre_p3_numpy"),
+          ("activation", "torch.nn.functional:gelu"), ("activation", U + "relu_one_at_zero")]
+
+
+@pytest.mark.parametrize(("slot", "spec"), CARDED, ids=[s for _, s in CARDED])
+def test_the_precheck_refuses_a_use_exactly_where_the_card_fails_it(slot, spec, capsys,
+                                                                      monkeypatch):
+    monkeypatch.setattr(cli, "trains", lambda *a, **k: ("n/a", "not trained here"))
+    monkeypatch.setattr(cli, "cost", lambda *a, **k: ("measured", "not measured here"))
+    main([slot, spec, "--no-compile"])
+    rows = {line[:16].strip(): line[17:40].strip() for line in capsys.readouterr().out.splitlines()}
+    fn = slots.resolve(slot, spec)
+    for use in ("training", "second_order", "forward_ad"):  # the pre-check runs training too
+        failed = [u for u in ("training", use) if rows[NAMES[u]] in ("wrong", "unsupported")]
+        try:
+            precheck(slot, fn, device="cpu", dtype=torch.float32, uses=("training", use))
+        except OpRefused as err:
+            assert failed and f": {rows[NAMES[failed[0]]]} for {NAMES[failed[0]]}: " in str(err)
+        else:
+            assert not failed, (use, rows)
+
+
 def test_the_precheck_refuses_what_the_optimizer_needs_and_the_op_lacks():
-    assert verdict.hessian is derivatives.hessian and verdict.jacobian is derivatives.jacobian
-    with pytest.raises((OpRefused, ValueError), match="ops.activation: unsupported for second order: "
-                       "its hessian .* optimizer=newton needs it"):
+    assert uses_.hessian is derivatives.hessian and uses_.jacobian is derivatives.jacobian
+    with pytest.raises(OpRefused, match="ops.activation: unsupported for second order: its "
+                       "hessian is all zeros: .* optimizer=newton needs it"):
         precheck("activation", user_ops.ReLUOnce.apply, device="cpu", dtype=torch.float32,
-                     uses=("training", "second_order"))
+                 uses=("training", "second_order"))
     precheck("legendre_p3", LegendrePolynomial3.apply, device="cpu", dtype=torch.float64,
-                 uses=("training", "second_order", "forward_ad"))
+             uses=("training", "second_order", "forward_ad"))
+
+
+def test_the_precheck_runs_the_compiles_row_for_a_compiled_run():
+    precheck("activation", MyReLU.apply, device="cpu", dtype=torch.float32, uses=("training",))
+    with pytest.raises(OpRefused, match="unsupported for compiles: torch.compile.*; compile=true "
+                                        "needs it"):
+        precheck("activation", user_ops.relu_item, device="cpu", dtype=torch.float32,
+                 uses=("training", "compiles"))
+
+
+def test_the_refusal_names_the_cards_real_command_a_dict_spec_quoted(capsys):
+    choice = {"_target_": "torch.nn.functional.leaky_relu", "_partial_": True,
+              "negative_slope": 0.1}
+    line = command("activation", choice, torch.float64, "cpu")
+    assert line == ("python -m fitting.opcheck activation '{_target_:torch.nn.functional.leaky_"
+                    "relu,_partial_:true,negative_slope:0.1}' --dtype float64")
+    assert main([*shlex.split(line)[3:], "--no-compile", "--quick"]) == 0, capsys.readouterr()
 
 
 def test_the_precheck_runs_in_the_callers_thread_and_settings():

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_card_of_the_tutorials_myrelu_from_the_command_line():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "docs" / "examples")}
     proc = subprocess.run([sys.executable, "-m", "fitting.opcheck", "activation",
-                           "tutorial_ops:MyReLU", "--no-compile"], cwd=ROOT, env=env,
+                           "tutorial_ops:MyReLU", "--no-compile", "--quick"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ops.activation=tutorial_ops:MyReLU against builtin")

@@ -1,5 +1,8 @@
 """Ops written the way people write them, each for one rule of the card (docs/ops.md)."""
 
+import sys
+import time
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -146,3 +149,190 @@ def relu_item(x):
     if x.sum().item() > 1e9:
         return x
     return torch.relu(x)
+
+
+# Hostile ops: each fails to return in its own way; the card and the app say so in one line,
+# exit 2 (the app writes nothing).
+
+
+def interrupts(x):
+    """Raises KeyboardInterrupt, as an op that catches nothing would pass one on."""
+    raise KeyboardInterrupt
+
+
+def loops(x):
+    """Never returns."""
+    while True:
+        pass
+
+
+def sleeps(x):
+    """Waits an hour."""
+    time.sleep(3600)
+    return x
+
+
+def allocates(x):
+    """Asks for far more memory than any machine has (2**45 floats: 128 TiB)."""
+    return torch.empty(2**45, dtype=x.dtype, device=x.device)[: x.numel()].view_as(x)
+
+
+def returns_none(x):
+    torch.relu(x)
+
+
+def returns_int(x):
+    return 0
+
+
+def returns_sum(x):
+    """x.sum() where an activation goes: a scalar."""
+    return x.sum()
+
+
+def returns_float64(x):
+    """Computes in float64 and forgets to cast back."""
+    return torch.relu(x.double())
+
+
+class RaisesInBackward(torch.autograd.Function):
+    """A right forward; its backward raises."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp_min(0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise ValueError("backward: not implemented")
+
+
+class ExitsInBackward(torch.autograd.Function):
+    """A right forward; its backward ends the process."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp_min(0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        sys.exit(1)
+
+
+# Ops each of which only one row of the card catches.
+
+
+def relu_off(x):
+    """0.5 % off. Against torch.relu with no task to train (`any`), only the float32 tolerance
+    (rtol 1e-5) sees it: wrong. In the activation slot without --ref it computes no relu, so it
+    is its own reference; with --ref builtin the mlp trains the same: approximate, a note."""
+    return torch.relu(x) * 1.005
+
+
+class ReLUInFloat32(torch.autograd.Function):
+    """ReLU computed in float32 whatever the dtype: exact in float32, so in the training row only
+    gradcheck (in float64, against the numerical gradient of the rounded forward) sees it: wrong
+    for training (and gradgradcheck for second order)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.float().clamp_min(0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return (grad.float() * (x.float() > 0)).to(grad.dtype)
+
+
+class AddOneNoDirty(torch.autograd.Function):
+    """The ctx.mark_dirty docstring's example with that line removed: x changed in place (through
+    NumPy) unknown to autograd. Its forward is x + 1, its gradient 1: right as values; against
+    add_one, wrong for training by what it does to x alone."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x_npy = x.numpy()  # x_npy shares storage with x
+        x_npy += 1
+        return x
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        return grad_output
+
+
+def add_one(x):
+    return x + 1
+
+
+class LinearDropsBiasTangent(torch.autograd.Function):
+    """A linear whose jvp forgets the bias's tangent: wrong for forward AD (lm) alone."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, weight, bias):
+        return x @ weight.t() + bias
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:2])
+        ctx.save_for_forward(*inputs[:2])
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight, grad.t() @ x, grad.sum(0)
+
+    @staticmethod
+    def jvp(ctx, x_t, weight_t, bias_t):
+        x, weight = ctx.saved_tensors
+        return x_t @ weight.t() + x @ weight_t.t()
+
+
+class HardSigmoid(torch.autograd.Function):
+    """relu6(x + 3) / 6; its jvp takes the slope 1/6 at x = ±3, its backward 0 (as torch's):
+    two subgradients at a kink, both right."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return ((x + 3).clamp(0, 6)) / 6
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * ((x > -3) & (x < 3)) / 6
+
+    @staticmethod
+    def jvp(ctx, x_t):
+        (x,) = ctx.saved_tensors
+        return x_t * ((x >= -3) & (x <= 3)) / 6
+
+
+def hard_sigmoid_samples():
+    """x with its kinks, ±3, exactly."""
+    x = torch.tensor([-4.0, -3.0, -1.0, 0.5, 3.0, 4.0], requires_grad=True)
+    return [((x,), {})]
+
+
+class ReLUGradOver100(torch.autograd.Function):
+    """A right forward, 1/100 of the gradient: wrong for training, and it trains far slower
+    (trains the same: differs)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp_min(0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x > 0) / 100

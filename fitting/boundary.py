@@ -1,0 +1,71 @@
+"""The boundary around a user's code (its import, its op's forward and backward): every way it can
+fail to return is one line (CannotRun), never a traceback, a hang or the process's end."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+LIMIT_S = 30.0  # per call: generous for a real op on tiny inputs on a busy 2-core box
+
+
+class CannotRun(Exception):
+    """The op cannot run as its slot calls it; the message is one line."""
+
+
+class _Expired(BaseException):  # not an Exception: an op's `except Exception` cannot swallow it
+    pass
+
+
+def _expire(signum: int, frame: object) -> None:
+    raise _Expired
+
+
+@contextmanager
+def guarded(seconds: float | None = None) -> Iterator[None]:
+    """User code inside: a time limit (SIGALRM, main thread; an outer timer, e.g. pytest-timeout's,
+    is put back with its time left), and sys.exit, KeyboardInterrupt, a hang or an exhausted
+    memory as CannotRun."""
+    seconds = LIMIT_S if seconds is None else seconds
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        previous = signal.signal(signal.SIGALRM, _expire)
+        outer, interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+        start = time.monotonic()
+    try:
+        yield
+    except _Expired:
+        raise CannotRun(f"it did not return within {seconds:g} s (the limit per call): "
+                        "an endless loop or a wait?") from None
+    except SystemExit as err:
+        raise CannotRun(f"it called sys.exit({err.code!r}); an op returns or raises") from None
+    except KeyboardInterrupt:
+        raise CannotRun("it raised KeyboardInterrupt (or Ctrl-C stopped it)") from None
+    except (MemoryError, RuntimeError) as err:
+        text = str(err)
+        if not isinstance(err, MemoryError | torch.OutOfMemoryError) and \
+                "allocate memory" not in text and "out of memory" not in text:
+            raise
+        raise CannotRun(f"it ran out of memory: {text.splitlines()[0][:200] if text else ''}"
+                        ) from None
+    finally:
+        if main:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if outer:
+                left = max(outer - (time.monotonic() - start), 1e-3)
+                signal.setitimer(signal.ITIMER_REAL, left, interval)
+
+
+def form(obj: object) -> str:
+    """What a call returned, in words: `tensor (4, 8) float32`, `tuple of 3 tensors`, `int`."""
+    if isinstance(obj, torch.Tensor):
+        return f"tensor {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')}"
+    if isinstance(obj, list | tuple):
+        return f"{type(obj).__name__} ({', '.join(form(o) for o in obj)})"
+    return type(obj).__name__
