@@ -29,7 +29,6 @@ def short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-
 CHOICES = {"impl": ("custom", "builtin"), "device": ("auto", "cpu", "cuda"),
            "dtype": ("float32", "float64"), "on_nonfinite": ("stop", "raise")}
 
@@ -63,7 +62,6 @@ class Stop:
 class Config:
     task: Any = MISSING  # {_target_: fitting.tasks.<Task>, ...} from conf/task
     optimizer: Any = MISSING  # {_target_: ..., _partial_: true, ...} from conf/optimizer
-    scheduler: Any = None  # {_target_: torch.optim.lr_scheduler..., _partial_: true}; None: none
     scheduler: Any = None  # {_target_: torch.optim.lr_scheduler..., _partial_: true}; None: none
     impl: str = "custom"  # the default of every op slot: custom (ours) or builtin (the twin)
     ops: Ops = field(default_factory=Ops)
