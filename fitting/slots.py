@@ -1,6 +1,6 @@
 """The op slots, in one place: for each, our op, its built-in twin, the layer or model that calls
-it, the inputs it is called with, and which uses each optimizer makes of it. The config (ops.*),
-the app (its ops and their pre-check), the card and the tests all read SLOTS and USES.
+it and the inputs it is called with. The config (ops.*), the app (its ops and their pre-check),
+the card and the tests all read SLOTS.
 
 A slot's choice is `custom` (ours), `builtin` (the twin), `<module>:<name>` (pkgutil.resolve_name,
 from the current dir or PYTHONPATH) or Hydra's `{_target_: <module>.<name>, _partial_: true, ...}`;
@@ -106,16 +106,12 @@ SLOTS: dict[str, Slot] = {
                         _elementwise({"x, as poly3 calls it": (16,)},
                                      {"x (2000,), as poly3 calls it": (2000,)})),
 }
-# What an optimizer computes through the ops, beyond training's forward and gradient: newton a
-# Hessian by double backward, lm a Jacobian by forward AD (or by double backward where an op has
-# no jvp). compile=true adds "compiles".
-USES: dict[str, tuple[str, ...]] = {"gd": (), "sgd": (), "adam": (), "lbfgs": (),
-                                    "newton": ("second_order",), "lm": ("forward_ad",)}
 
 
-def uses(optimizer: str, compiled: bool = False) -> tuple[str, ...]:
-    """The uses a run makes of its ops: training, what `optimizer` needs, compiles."""
-    return ("training", *USES.get(optimizer, ()), *(("compiles",) if compiled else ()))
+def uses(optimizer: type, compiled: bool = False) -> tuple[str, ...]:
+    """The uses a run makes of its ops: training, what the optimizer class `needs` (newton:
+    second_order, lm: forward_ad), compiles."""
+    return ("training", *getattr(optimizer, "needs", ()), *(("compiles",) if compiled else ()))
 
 
 def op(slot: str, choice: Any) -> Callable:
