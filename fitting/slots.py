@@ -45,10 +45,14 @@ class Slot:
     samples: Callable[..., list[Sample]]  # (dtype, device, big=False): big, the model's size
 
 
-def _tensor(g: torch.Generator, dtype, device, *shape, grad=True, scale=1.0, shift=0.0):
-    """Random values away from 0 (relu's kink), in `dtype` on `device`."""
-    x = torch.randn(*shape, generator=g, dtype=torch.float64)
-    return (shift + scale * (x + 0.1 * x.sign())).to(device, dtype).requires_grad_(grad)
+def _random(dtype, device) -> Callable[..., torch.Tensor]:
+    """t(*shape, grad=True, scale=1, shift=0): seeded random values away from 0 (relu's kink)."""
+    g = torch.Generator().manual_seed(0)
+
+    def t(*shape, grad=True, scale=1.0, shift=0.0):
+        x = torch.randn(*shape, generator=g, dtype=torch.float64)
+        return (shift + scale * (x + 0.1 * x.sign())).to(device, dtype).requires_grad_(grad)
+    return t
 
 
 def _elementwise(shapes: dict[str, tuple[int, ...]], sized: dict[str, tuple[int, ...]]
@@ -56,8 +60,8 @@ def _elementwise(shapes: dict[str, tuple[int, ...]], sized: dict[str, tuple[int,
     """Samples of an elementwise op: x as each model calls it, then the edge values; with `big`,
     x at the size the model calls it (what the card's cost row times)."""
     def samples(dtype, device, big: bool = False) -> list[Sample]:
-        g = torch.Generator().manual_seed(0)
-        made = [(label, (_tensor(g, dtype, device, *shape),), {}, True)
+        t = _random(dtype, device)
+        made = [(label, (t(*shape),), {}, True)
                 for label, shape in (sized if big else shapes).items()]
         edges = [(k, (torch.tensor(v, dtype=dtype, device=device, requires_grad=True),), {}, True)
                  for k, v in EDGES.items()]
@@ -66,11 +70,7 @@ def _elementwise(shapes: dict[str, tuple[int, ...]], sized: dict[str, tuple[int,
 
 
 def _linear_samples(dtype, device, big: bool = False) -> list[Sample]:
-    g = torch.Generator().manual_seed(0)
-
-    def t(*shape):
-        return _tensor(g, dtype, device, *shape)
-
+    t = _random(dtype, device)
     if big:
         return [("x (256, 64), as the mlp calls it", (t(256, 64), t(64, 64), t(64)), {}, True)]
     return [("x 2-D, as the models call it", (t(4, 8), t(5, 8), t(5)), {}, True),
@@ -78,11 +78,7 @@ def _linear_samples(dtype, device, big: bool = False) -> list[Sample]:
 
 
 def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
-    g = torch.Generator().manual_seed(0)
-
-    def t(*shape, **kw):
-        return _tensor(g, dtype, device, *shape, **kw)
-
+    t = _random(dtype, device)
     if big:  # the cnn's first block, a batch of 64 images
         return [("x (64, 1, 32, 32), as the cnn calls it", (
             t(64, 1, 32, 32), t(8, 1, 3, 3), t(8), t(8), t(8, grad=False, scale=0),
