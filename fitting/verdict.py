@@ -53,22 +53,20 @@ class Run:
     error: tuple[str, BaseException] | None = None
 
 
-def tensors(obj, path: str) -> list[tuple[str, torch.Tensor]]:
-    """(path, tensor) of every tensor in obj (a tensor, or lists and tuples of them)."""
-    if isinstance(obj, torch.Tensor):
-        return [(path, obj)]
-    if isinstance(obj, list | tuple):
-        return [pair for i, o in enumerate(obj) for pair in tensors(o, f"{path}[{i}]")]
-    return []
-
-
 def remap(obj, f: Callable, path: str):
-    """obj with each tensor t in it replaced by f(its path, t)."""
+    """obj (a tensor, or lists and tuples of them) with each tensor t replaced by f(its path, t)."""
     if isinstance(obj, torch.Tensor):
         return f(path, obj)
     if isinstance(obj, list | tuple):
         return type(obj)(remap(o, f, f"{path}[{i}]") for i, o in enumerate(obj))
     return obj
+
+
+def tensors(obj, path: str) -> list[tuple[str, torch.Tensor]]:
+    """(path, tensor) of every tensor in obj."""
+    found = []
+    remap(obj, lambda p, t: found.append((p, t)), path)
+    return found
 
 
 def parts_of(sample: Sample, names: list[str]) -> list[tuple[str, object, bool]]:
@@ -96,10 +94,6 @@ def incoming(t: torch.Tensor, k: int) -> torch.Tensor:
                        dtype=torch.float64).to(t.device, t.dtype)
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return bool(((a == b) | (a.isnan() & b.isnan())).all())
-
-
 def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> Run:
     """One guarded call and backward on fresh copies, what trains called as a non-leaf (as a
     model calls an op on activations)."""
@@ -122,8 +116,8 @@ def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> Run:
         run.error = ("calling it", err)
         return run
     run.outs = floats(run.raw)
-    run.changed = [p for p, (x, before, node) in given.items()
-                   if x.grad_fn is node and not _same(x.detach(), before)]
+    run.changed = [p for p, (x, before, node) in given.items() if x.grad_fn is node
+                   and not torch.allclose(x.detach(), before, 0, 0, equal_nan=True)]  # NaN = NaN
     pairs = [(o, incoming(o, k)) for k, o in enumerate(run.outs) if o.requires_grad]
     try:
         with guarded():
