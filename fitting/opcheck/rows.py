@@ -9,7 +9,7 @@ import torch
 
 from fitting.boundary import CannotRun, guarded
 from fitting.slots import line
-from fitting.verdict import Finding, Sample
+from fitting.verdict import Finding, Sample, remap
 
 LIBRARY_OPS = (torch.library.CustomOpDef, type(torch.ops.aten.sin.default),
                type(torch.ops.aten.sin))
@@ -24,9 +24,7 @@ def library_opcheck(fn: Callable, sample: Sample) -> Finding:
         return "n/a", "not a torch.library op"
 
     def fresh(obj):
-        if isinstance(obj, torch.Tensor):
-            return obj.detach().clone().requires_grad_(obj.requires_grad)
-        return type(obj)(fresh(o) for o in obj) if isinstance(obj, list | tuple) else obj
+        return remap(obj, lambda _, t: t.detach().clone().requires_grad_(t.requires_grad), "")
 
     try:
         kwargs |= {k: fresh(v) for k, v in sample[2].items()}
