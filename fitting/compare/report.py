@@ -23,6 +23,7 @@ from fitting.compare.runs import (
     loss_gap,
     markdown,
     pair,
+    ratio,
     read_runs,
     runs_table,
     shown,
@@ -46,11 +47,6 @@ NOTES = """\
 - compare.png: the reference thick and light (over seeds: their median and min–max band),
   each run of mine thin and dashed over it.
 - A user's op reads `module:name @<the first 8 hex of its file's sha256>` (results.json's)."""
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    """a / b; None where either is missing or b is 0."""
-    return None if a is None or not b else a / b
 
 
 def pairs_table(runs: list) -> str:

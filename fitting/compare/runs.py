@@ -144,6 +144,11 @@ def loss_gap(mine: Run, ref: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return steps, np.asarray(va, np.float64)[ia] - ref_loss, ref_loss
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b; None where either is missing or b is 0."""
+    return None if a is None or not b else a / b
+
+
 def fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -161,8 +166,7 @@ def _numbers(run: Run, refs: set[int]) -> list[str]:
     if ref is not None:
         ref_loss = ref.number(*FINAL_LOSS)
         delta = fmt(None if None in (loss, ref_loss) else loss - ref_loss, ".3g")
-        ref_ms = ref.number(*STEP_MS)
-        times = fmt(ms / ref_ms if ms is not None and ref_ms else None, ".3f")
+        times = fmt(ratio(ms, ref.number(*STEP_MS)), ".3f")
     return [fmt(loss, ".6g"), delta, fmt(ms, ".4g"), times, fmt(run.number(*SAVED_BYTES), ",.0f"),
             run.status]
 
