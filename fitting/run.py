@@ -155,7 +155,7 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
     prof = stack.enter_context(_profiler(out) if cfg.profile else nullcontext())
 
     def save(status: str, summary: dict[str, float] | None = None) -> None:
-        tb.flush()
+        tb.writer.flush()
         state.loss = float(state.loss)  # a logged step's, or read off the device now
         # Saving reads the weights off the device anyway: only finite ones replace a checkpoint.
         if all(bool(p.isfinite().all()) for p in task.model.parameters()):

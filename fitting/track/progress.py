@@ -31,7 +31,8 @@ class Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if self.bar is not None:  # the terminal line ends; a plain log needs no ending
+            self.bar.close()
 
     def update(self, done: int, loss: float | None = None) -> None:
         """`done` steps of `total` are done; `loss`, if given, is shown beside."""
@@ -54,8 +55,3 @@ class Progress:
             for handler in logging.getLogger().handlers:
                 if isinstance(handler, logging.FileHandler):
                     handler.handle(record)
-
-    def close(self) -> None:
-        """End the terminal line (a plain log needs no ending)."""
-        if self.bar is not None:
-            self.bar.close()

@@ -59,7 +59,7 @@ class TensorBoard:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.writer.close()
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
         """Log several scalars at `step`, tags as given (e.g. 'loss/train')."""
@@ -101,15 +101,6 @@ class TensorBoard:
         _, _, end = hparams(values, {})
         for summary in (hparams_pb(values, trial_id=trial_id(self.log_dir)), end):
             self.writer.file_writer.add_summary(summary)
-
-    def flush(self) -> None:
-        """Write everything logged so far to disk."""
-        self.writer.flush()
-
-    def close(self) -> None:
-        """Flush and close the event file."""
-        self.writer.close()
-
 
 def trial_id(log_dir: Path) -> str:
     """Short, unique in a logdir of sweeps: a job's `21-05-33 #0 impl=custom` (its sweep's time,
