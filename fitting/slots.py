@@ -1,5 +1,5 @@
-"""The op slots, in one place: for each, our op, its built-in twin, the layer or model that calls
-it and the inputs it is called with. The config (ops.*), the app (its ops and their pre-check),
+"""The op slots, in one place: for each, our op, its built-in twin, the task whose model calls it
+and the inputs it is called with. The config (ops.*), the app (its ops and their pre-check),
 the card and the tests all read SLOTS.
 
 A slot's choice is `custom` (ours), `builtin` (the twin), `<module>:<name>` (pkgutil.resolve_name,
@@ -25,8 +25,6 @@ import torch.nn.functional as F
 
 import models.ops
 from fitting.boundary import CannotRun, guarded
-from models.layers import Activation, FusedConvBN2d, Linear
-from models.poly3 import Poly3
 
 # label, args, kwargs, must (else a difference there is a note: inputs no model passes)
 Sample = tuple[str, tuple, dict, bool]
@@ -36,11 +34,10 @@ EDGES = {"x = 0, -0, ±1e-3, ±1.5": (0.0, -0.0, 1e-3, -1e-3, 1.5, -1.5),
 
 @dataclass(frozen=True)
 class Slot:
-    """One op slot: ours, its twin, who calls it, and its sample inputs (requires_grad: trains)."""
+    """One op slot: ours, its twin, its task and its sample inputs (requires_grad: trains)."""
 
     ours: Callable
     twin: Callable
-    layer: type  # the module that calls it
     task: str  # conf/task/<task>.yaml: the smallest task whose model calls it (the card trains it)
     samples: Callable[..., list[Sample]]  # (dtype, device, big=False): big, the model's size
 
@@ -92,13 +89,13 @@ def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
 
 
 SLOTS: dict[str, Slot] = {
-    "linear": Slot(models.ops.linear, F.linear, Linear, "mlp", _linear_samples),
-    "activation": Slot(models.ops.relu, torch.relu, Activation, "mlp", _elementwise(
+    "linear": Slot(models.ops.linear, F.linear, "mlp", _linear_samples),
+    "activation": Slot(models.ops.relu, torch.relu, "mlp", _elementwise(
         {"x, as the mlp calls it": (4, 8), "x 4-D, as in the cnn": (2, 3, 4, 4)},
         {"x (256, 64), as the mlp calls it": (256, 64)})),
-    "conv_bn": Slot(models.ops.fused_conv_bn2d, models.ops.conv_bn_reference, FusedConvBN2d,
-                    "cnn", _conv_bn_samples),
-    "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, Poly3, "poly3",
+    "conv_bn": Slot(models.ops.fused_conv_bn2d, models.ops.conv_bn_reference, "cnn",
+                    _conv_bn_samples),
+    "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, "poly3",
                         _elementwise({"x, as poly3 calls it": (16,)},
                                      {"x (2000,), as poly3 calls it": (2000,)})),
 }
