@@ -9,13 +9,12 @@ from typing import Any
 import torch
 
 from fitting.boundary import CannotRun
-from fitting.config import ConfigError
 from fitting.slots import spec_arg
 from fitting.uses import NAMES, NEEDS, judge, slot_case
 from fitting.verdict import RANK
 
 
-class OpRefused(ConfigError):
+class OpRefused(ValueError):
     """An op that cannot run in its slot, or fails a use the run makes; one line."""
 
 

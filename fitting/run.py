@@ -26,7 +26,7 @@ from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
 from fitting.files import write_atomic
 from fitting.loop import NonFinite, Run, SecondSignal, Signals, State, Stopped, evaluate, train
-from fitting.precheck import precheck
+from fitting.precheck import OpRefused, precheck
 from fitting.rundir import WRITE_FAULT, RunDir, fault, resume_command, resume_config
 from fitting.slots import describe, resolve, source, uses
 from fitting.track.memory import peak_rss_bytes
@@ -85,12 +85,16 @@ def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> d
     ops, choices = {}, {slot: _choice(cfg, slot) for slot in cfg.task.ops}
     with _as_config_error():
         for slot, choice in choices.items():
-            ops[slot] = resolve(slot, choice)
+            ops[slot] = resolve(slot, choice, f"ops.{slot}={describe(choice)}")
         optimizer = get_class(cfg.optimizer._target_)
     for slot, choice in choices.items():
-        if choice not in ("custom", "builtin"):  # refused: a ConfigError ending with the card
-            precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,
-                     key=f"ops.{slot}={describe(choice)}", uses=uses(optimizer, cfg.compile))
+        if choice not in ("custom", "builtin"):
+            try:
+                precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,
+                         key=f"ops.{slot}={describe(choice)}",
+                         uses=uses(optimizer, cfg.compile))
+            except OpRefused as err:  # its one line whole: it ends with the card's command
+                raise ConfigError(str(err)) from None
     return ops
 
 
