@@ -55,7 +55,7 @@ def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
 
     task = SLOTS[slot].task
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # as train.py does
-        cfg = compose("config", overrides=[f"task={task}", "optimizer=sgd", *PROTOCOL.get(task, [])])
+        cfg = compose("config", [f"task={task}", "optimizer=sgd", *PROTOCOL.get(task, [])])
     seeds, steps = (3, STEPS[task] // 2) if quick else (SEEDS, STEPS[task])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the models are tiny: a second thread only adds sync cost

@@ -75,8 +75,7 @@ class CNNTask:
         # The minibatches continue the data's stream: replayed from here for any step asked.
         self.generator, self.start, self.next_step = generator, generator.get_state(), 0
         torch.manual_seed(seed)  # the model's initialization
-        self.model = CurveCNN(image_size, list(channels), hidden, device=device, dtype=dtype,
-                              **ops)
+        self.model = CurveCNN(image_size, list(channels), hidden, device=device, dtype=dtype, **ops)
 
     def batch(self, step: int) -> Batch:
         """Minibatch `step`: batch_size training images drawn with replacement, the same for a

@@ -47,8 +47,7 @@ class MLPTask:
         self.data, self.val = _column(x, y, device, dtype), _column(x_val, f(x_val), device, dtype)
         self.target, self.noise, self.sizes = target, noise, [1, *hidden, 1]
         torch.manual_seed(seed)  # the model's initialization
-        self.model = MLP(1, list(hidden), 1, device=device, dtype=dtype,
-                         **ops)
+        self.model = MLP(1, list(hidden), 1, device=device, dtype=dtype, **ops)
 
     def batch(self, step: int) -> Batch:
         """The whole training set, every step."""

@@ -16,6 +16,7 @@ from models.poly3 import Poly3
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+
 class Poly3Task:
     """Full-batch fit of sin at n_points on [x_min, x_max] from the start `init` (a, b, c, d);
     no validation set. The data are made as the tutorial makes them, in `dtype`."""
@@ -30,8 +31,7 @@ class Poly3Task:
         # On the CPU, then moved: every device fits the same numbers.
         x = torch.linspace(x_min, x_max, n_points, dtype=dtype)
         self.data: Batch = (x.to(device), torch.sin(x).to(device))
-        self.model = Poly3(*(init[k] for k in "abcd"), device=device, dtype=dtype,
-                           **ops)
+        self.model = Poly3(*(init[k] for k in "abcd"), device=device, dtype=dtype, **ops)
 
     def batch(self, step: int) -> Batch:
         """The whole data set, every step."""

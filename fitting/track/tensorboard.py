@@ -102,6 +102,7 @@ class TensorBoard:
         for summary in (hparams_pb(values, trial_id=trial_id(self.log_dir)), end):
             self.writer.file_writer.add_summary(summary)
 
+
 def trial_id(log_dir: Path) -> str:
     """Short, unique in a logdir of sweeps: a job's `21-05-33 #0 impl=custom` (its sweep's time,
     number, overrides), else the run dir's parent and name (`2026-11-27 21-05-33-…`)."""
