@@ -8,9 +8,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
-from fitting.track.figures import save_png
+from fitting.files import write_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -101,6 +102,18 @@ class TensorBoard:
         _, _, end = hparams(values, {})
         for summary in (hparams_pb(values, trial_id=trial_id(self.log_dir)), end):
             self.writer.file_writer.add_summary(summary)
+
+
+def save_png(fig: Figure, path: str | Path) -> np.ndarray:
+    """Render `fig` (Agg, no display), write it to `path` as a PNG; its RGBA pixels (h, w, 4)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    pixels = np.asarray(canvas.buffer_rgba()).copy()
+    write_atomic(path, lambda f: Image.fromarray(pixels).save(f, format="png"))
+    return pixels
 
 
 def trial_id(log_dir: Path) -> str:
