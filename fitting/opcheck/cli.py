@@ -20,10 +20,9 @@ import torch
 from fitting import slots, verdict
 from fitting.boundary import CannotRun
 from fitting.opcheck.cost import cost
-from fitting.opcheck.rows import library_opcheck
 from fitting.opcheck.trains import trains
 from fitting.precheck import OpRefused
-from fitting.uses import NAMES, judge, slot_case
+from fitting.uses import NAMES, judge, library_opcheck, slot_case
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
