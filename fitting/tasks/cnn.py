@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from fitting.tasks.shared import Batch, require, residuals
+from fitting.tasks.shared import Batch, Task, require
 from models.cnn import CurveCNN
 from models.ops import legendre_p3_reference
 
@@ -46,7 +46,7 @@ def make_images(n: int, size: int, noise: float, generator: torch.Generator) -> 
     return params, images.unsqueeze(1)
 
 
-class CNNTask:
+class CNNTask(Task):
     """Minibatches of batch_size from n_train images; validation MSE on n_val held-out images.
     The loss is the MSE of the standardized (a, b, c, d)."""
 
@@ -89,8 +89,6 @@ class CNNTask:
             self.next_step += 1
         idx = idx.to(images.device)
         return images[idx], targets[idx]
-
-    residuals = staticmethod(residuals)
 
     def predict(self, model: CurveCNN) -> Tensor:
         """The validation images' predictions, standardized, batch norm in eval mode."""

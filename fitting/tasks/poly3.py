@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from fitting.tasks.optimum import poly3_optimum
-from fitting.tasks.shared import Batch, line_figure, range_checks, require, residuals
+from fitting.tasks.shared import Batch, Task, line_figure, range_checks, require
 from models.ops import legendre_p3_reference
 from models.poly3 import Poly3
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-class Poly3Task:
+class Poly3Task(Task):
     """Full-batch fit of sin at n_points on [x_min, x_max] from the start `init` (a, b, c, d);
     no validation set. The data are made as the tutorial makes them, in `dtype`."""
 
@@ -32,12 +32,6 @@ class Poly3Task:
         x = torch.linspace(x_min, x_max, n_points, dtype=dtype)
         self.data: Batch = (x.to(device), torch.sin(x).to(device))
         self.model = Poly3(*(init[k] for k in "abcd"), device=device, dtype=dtype, **ops)
-
-    def batch(self, step: int) -> Batch:
-        """The whole data set, every step."""
-        return self.data
-
-    residuals = staticmethod(residuals)
 
     def validate(self, model: Poly3) -> None:
         """None: poly3 has no validation set."""

@@ -1,5 +1,5 @@
-"""What the tasks share: a batch of (inputs, targets), residuals, range checks and the figure
-of a 1-D fit."""
+"""What the tasks share: a batch of (inputs, targets), their base class, range checks and the
+figure of a 1-D fit."""
 
 from __future__ import annotations
 
@@ -29,10 +29,19 @@ def range_checks(n_points: int, x_min: float, x_max: float, least: int) -> list[
             ("x_min", x_min, finite and x_min < x_max, f"finite and < task.x_max={x_max!r}")]
 
 
-def residuals(model: Callable[[Tensor], Tensor], batch: Batch) -> Tensor:
-    """Prediction minus target on a batch (inputs, targets)."""
-    inputs, targets = batch
-    return model(inputs) - targets
+class Task:
+    """What every task has: residuals on a batch, and its whole data set as each step's batch
+    (unless it draws minibatches)."""
+
+    def batch(self, step: int) -> Batch:
+        """The whole data set, every step."""
+        return self.data
+
+    @staticmethod
+    def residuals(model: Callable[[Tensor], Tensor], batch: Batch) -> Tensor:
+        """Prediction minus target on a batch (inputs, targets)."""
+        inputs, targets = batch
+        return model(inputs) - targets
 
 
 def line_figure(x: Tensor, target: Tensor, pred: Tensor, title: str, target_label: str,
