@@ -9,13 +9,9 @@ from typing import Any
 import torch
 
 from fitting.boundary import CannotRun
-from fitting.slots import spec_arg
+from fitting.slots import OpRefused, spec_arg
 from fitting.uses import NAMES, NEEDS, judge, slot_case
 from fitting.verdict import RANK
-
-
-class OpRefused(ValueError):
-    """An op that cannot run in its slot, or fails a use the run makes; one line."""
 
 
 def command(slot: str, choice: Any, dtype: torch.dtype, device: torch.device | str) -> str:

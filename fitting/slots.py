@@ -32,6 +32,11 @@ EDGES = {"x = 0, -0, ±1e-3, ±1.5": (0.0, -0.0, 1e-3, -1e-3, 1.5, -1.5),
          "x = ±inf, NaN": (torch.inf, -torch.inf, torch.nan)}
 
 
+class OpRefused(ValueError):
+    """An op that cannot be used in its slot: it does not resolve, cannot run, or fails a use the
+    run makes; one line."""
+
+
 @dataclass(frozen=True)
 class Slot:
     """One op slot: ours, its twin, its task and its sample inputs (requires_grad: trains)."""
@@ -143,7 +148,7 @@ def load(spec: str) -> Callable:
 
 def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
     """The function a choice names, built as the config builds it (Hydra's instantiate of
-    {_target_: fitting.slots.op, ...}); ValueError, one line naming `key`, if it names none."""
+    {_target_: fitting.slots.op, ...}); OpRefused, one line naming `key`, if it names none."""
     from hydra.utils import instantiate
 
     key = key or f"ops.{slot}={describe(choice)}"
@@ -152,9 +157,9 @@ def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
             fn = instantiate({"_target_": "fitting.slots.op", "slot": slot, "choice": choice})
     except Exception as err:  # noqa: BLE001  an import error, a bad _target_, the user's code
         partial = isinstance(choice, dict) and not choice.get("_partial_")
-        raise ValueError(f"{key}: {line(err)}" + "; add _partial_: true" * partial) from None
+        raise OpRefused(f"{key}: {line(err)}" + "; add _partial_: true" * partial) from None
     if not callable(fn) or isinstance(fn, torch.Tensor):
-        raise ValueError(f"{key}: not a function; give _target_ and _partial_: true")
+        raise OpRefused(f"{key}: not a function; give _target_ and _partial_: true")
     return fn
 
 
