@@ -14,7 +14,6 @@ import hashlib
 import inspect
 import os
 import pkgutil
-import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -201,14 +200,6 @@ def describe(choice: Any) -> str:
         return str(choice)
     args = ", ".join(f"{k}={v}" for k, v in choice.items() if not str(k).startswith("_"))
     return f"{choice.get('_target_', '?')}({args})"
-
-
-def spec_arg(choice: Any) -> str:
-    """A choice as the card's SPEC argument, in Hydra's override syntax, quoted for a shell."""
-    if isinstance(choice, dict):
-        choice = "{" + ",".join(f"{k}:{str(v).lower() if isinstance(v, bool) else v}"
-                                for k, v in choice.items()) + "}"
-    return shlex.quote(str(choice))
 
 
 def source(fn: Callable) -> dict[str, str] | None:
