@@ -18,10 +18,6 @@ class SavedBytes:
     tensors: int = 0
 
 
-def _identity(t: torch.Tensor) -> torch.Tensor:
-    return t
-
-
 @contextmanager
 def saved_tensor_bytes() -> Iterator[SavedBytes]:
     """Count bytes saved for backward by forward passes inside the block (`saved.bytes`)."""
@@ -47,5 +43,5 @@ def saved_tensor_bytes() -> Iterator[SavedBytes]:
             saved.bytes += storage.nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, _identity):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         yield saved
