@@ -1,8 +1,6 @@
 """The boundary around a user's code (its import, its op's forward and backward): every way it can
 fail to return is one line (CannotRun), never a traceback, a hang or the process's end."""
 
-from __future__ import annotations
-
 import signal
 import threading
 import time

@@ -1,8 +1,6 @@
 """The run-level keys, typed, with their defaults (ConfigStore's `base_config`), their range
 checks and conf/config.yaml's resolvers. A task's and an optimizer's keys are their classes'."""
 
-from __future__ import annotations
-
 import math
 import re
 from dataclasses import dataclass, field, make_dataclass

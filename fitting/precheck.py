@@ -1,8 +1,6 @@
 """The app's pre-check of a user's op: the card's rows (fitting.uses) for the uses this run makes
 of it (fitting.slots.uses), on the slot's samples, before the run writes anything."""
 
-from __future__ import annotations
-
 import shlex
 from collections.abc import Callable
 from typing import Any

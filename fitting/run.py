@@ -3,8 +3,6 @@ check the config, prepare the ops, build task and optimizer, claim the run dir (
 or refused: fitting.rundir), train, report. It raises ConfigError (train.py: exit 2) or
 Stopped(line, exit code): 1 diverged, 74 a write failed, 128 + n stopped by signal n."""
 
-from __future__ import annotations
-
 import json
 import logging
 import os

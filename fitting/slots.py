@@ -7,8 +7,6 @@ from the current dir or PYTHONPATH) or Hydra's `{_target_: <module>.<name>, _par
 conf/task/*.yaml hands each to `op` through Hydra's instantiate.
 """
 
-from __future__ import annotations
-
 import functools
 import hashlib
 import inspect

@@ -2,8 +2,6 @@
 (newton), forward AD (lm), compiles. The pre-check runs its run's rows, the card all of them,
 and torch.library.opcheck's row too."""
 
-from __future__ import annotations
-
 import functools
 import re
 from collections.abc import Callable

@@ -3,8 +3,6 @@ and the card (fitting.opcheck): forward and gradients against the reference's au
 models call the op, on fresh copies; what it returns and what it does to its inputs; kinks and
 non-finite values as notes. Every call of the op is guarded (fitting.boundary)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 

@@ -1,7 +1,5 @@
 """A small CNN of FusedConvBN2d blocks that regresses a vector from a 1-channel image."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 import torch

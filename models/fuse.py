@@ -1,8 +1,6 @@
 """fuse_conv_bn(model): each Conv2d whose output only a BatchNorm2d reads becomes one
 FusedConvBN2d, found in the dataflow torch.fx traces, nested blocks included."""
 
-from __future__ import annotations
-
 import warnings
 from collections import Counter
 

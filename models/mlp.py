@@ -1,7 +1,5 @@
 """A multilayer perceptron whose linear maps and activations run the given ops."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 import torch

@@ -1,7 +1,5 @@
 """The tutorial's model y = a + b * P3(c + d x) with four scalar parameters."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 

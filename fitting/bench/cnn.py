@@ -6,8 +6,6 @@ the conv output) and the twin under torch.utils.checkpoint (recomputes the whole
 eager mode; ours and the twin with the model under torch.compile, as `compile=true` runs it.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from pathlib import Path
 

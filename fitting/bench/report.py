@@ -1,7 +1,5 @@
 """What the benchmarks share: a timer, the machine line, markdown tables, and writing a section."""
 
-from __future__ import annotations
-
 import argparse
 import os
 import platform

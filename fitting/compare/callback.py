@@ -1,7 +1,5 @@
 """The Hydra callback that ends every sweep (hydra.callbacks in conf/config.yaml)."""
 
-from __future__ import annotations
-
 import logging
 import os
 import time

@@ -1,8 +1,6 @@
 """compare.png: a row per experiment (its seeds together): the reference's training loss as a
 band over seeds, each run of the other op choices over it, and how far each is from it."""
 
-from __future__ import annotations
-
 from functools import reduce
 
 import numpy as np

@@ -6,8 +6,6 @@ writes compare.md (the full names, the pairs), compare.png and the mine − refe
 (differences/) to RUNS_DIR, or all of them to DIR when given.
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys

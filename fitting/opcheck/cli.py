@@ -9,8 +9,6 @@ Exit status: 0 nothing wrong, 1 something wrong (or a note, with --strict), 2 th
 (it raises, returns the wrong thing, hangs, exits; or --device is not available).
 """
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path

@@ -2,8 +2,6 @@
 slot and with the reference (ours in the other slots), a short run each with plain SGD, judged
 by fitting.compare.seeds' rule."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 from pathlib import Path

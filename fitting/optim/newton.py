@@ -1,7 +1,5 @@
 """Damped Newton with the exact Hessian by double backward through the model's ops."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable
 from typing import Any
 

@@ -8,8 +8,6 @@ p2 = 0, p1 > 0 > p3): no iteration, no starting point, and no better local minim
 mirror solutions (b, d) and (−b, −d) the one with d > 0 is returned, the tutorial's branch.
 """
 
-from __future__ import annotations
-
 import math
 
 import torch

@@ -15,8 +15,6 @@ built-in pair does (its gradients exactly, and there faster with a heap allocato
 in slices of at most SLICE_BYTES (below the default allocator's mmap threshold).
 """
 
-from __future__ import annotations
-
 import math
 
 import torch

@@ -1,7 +1,5 @@
 """Conv2d (no bias) then BatchNorm2d as one autograd op that keeps only its input for backward."""
 
-from __future__ import annotations
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor

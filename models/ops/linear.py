@@ -1,7 +1,5 @@
 """y = x Wᵀ + b over any leading batch dims, as a custom autograd op."""
 
-from __future__ import annotations
-
 import torch
 
 from ._function import compilable

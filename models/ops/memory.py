@@ -1,7 +1,5 @@
 """Count the bytes autograd saves for backward, each storage once."""
 
-from __future__ import annotations
-
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager

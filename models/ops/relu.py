@@ -5,8 +5,6 @@ layer after it (Linear, conv, max-pool) saves the same tensor, and a storage is 
 `relu_masked` pays off where nothing after it saves the output; elsewhere its mask comes on top.
 """
 
-from __future__ import annotations
-
 import torch
 
 from ._function import compilable
