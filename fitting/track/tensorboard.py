@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ LAYOUT = {
 }
 
 
-class TensorBoard:
+class TensorBoard(AbstractContextManager):
     """A SummaryWriter on `log_dir`, closed when the `with` block exits. `purge_step` (a resumed
     run): TensorBoard drops what earlier sessions logged at that step or later."""
 
@@ -55,9 +56,6 @@ class TensorBoard:
         self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step, max_queue=1000,
                                     flush_secs=2)
         self.writer.add_custom_scalars(LAYOUT)
-
-    def __enter__(self) -> TensorBoard:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.writer.close()
