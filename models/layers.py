@@ -1,7 +1,5 @@
 """Drop-in nn.Modules running an op: ours by default, or any callable with the op's arguments."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch
@@ -71,7 +69,7 @@ class FusedConvBN2d(nn.Sequential):
 
     @classmethod
     def from_pair(cls, conv: nn.Conv2d, bn: nn.BatchNorm2d, *,
-                  op: Op = fused_conv_bn2d) -> FusedConvBN2d:
+                  op: Op = fused_conv_bn2d) -> "FusedConvBN2d":
         """The layer made of these modules themselves (their parameters and buffers)."""
         layer = cls.__new__(cls)
         nn.Sequential.__init__(layer, conv, bn)

@@ -1,7 +1,5 @@
 """Runs read with TensorBoard's EventAccumulator and results.json, paired, tabled, differenced."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os
@@ -37,7 +35,7 @@ class Run:
     ops: dict[str, str]  # each slot's op choice as text (a user's op: `text @<its file's hash>`)
     status: str  # results.json's (completed, diverged, ...), else running or killed
     overrides: list[str]  # the job's command-line overrides (.hydra/overrides.yaml)
-    reference: Run | None = None
+    reference: "Run | None" = None
 
     def number(self, key: str, tag: str, pick=lambda values: values[-1]) -> float | None:
         """results.json's `key`, else `pick` of the tag's logged values; None without both."""
