@@ -20,6 +20,8 @@ SIZE_GUIDANCE = {"scalars": 0, "images": 1, "histograms": 1, "compressedHistogra
 # A run's numbers (Run.number): results.json's key, else the tag's logged values.
 FINAL_LOSS, STEP_MS = ("final_loss", "loss/train"), ("step_ms_median", "time/step_ms_median")
 SAVED_BYTES = ("saved_bytes", "memory/saved_bytes", np.median)
+PEAK = ("peak_bytes", "memory/peak_bytes", max)
+PEAK_RSS = ("peak_rss_bytes", "memory/peak_rss_bytes")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster at 300 runs
 
 
@@ -177,6 +179,21 @@ def runs_table(runs: list[Run]) -> str:
              *_numbers(run, refs)] for run in runs]
     return markdown(["job", "ops", "final loss", "Δ loss vs ref", "step ms (median)", "× ref",
                      "saved bytes", "status"], rows)
+
+
+def pairs_table(runs: list) -> str:
+    """The per-pair markdown table (after `pair`): loss gap and mine / reference ratios."""
+    rows = []
+    for mine in (r for r in runs if r.reference is not None):
+        ref = mine.reference
+        steps, gap, ref_loss = loss_gap(mine, ref)
+        rel = np.max(np.abs(gap) / np.maximum(np.abs(ref_loss), 1e-300)) if len(steps) else None
+        rows.append([f"`{shown(mine.name)}`", f"`{shown(ref.name)}`", str(len(steps)),
+                     fmt(rel, ".3e")] + [fmt(ratio(mine.number(*k), ref.number(*k)), ".4f")
+                                         for k in (STEP_MS, SAVED_BYTES, PEAK, PEAK_RSS)])
+    header = ["mine", "reference", "common steps", "max rel. Δloss", "step time ×",
+              "saved bytes ×", "peak ×", "peak RSS ×"]
+    return markdown(header, rows) if rows else "No pairs: no two runs differ only in their ops."
 
 
 def job(run: Run) -> str:
