@@ -135,8 +135,7 @@ class Signals:
 
 @dataclass
 class Run:
-    """What the steps work on: config, task, optimizer, where the run stands, and its outputs
-    (TensorBoard, `save`: a checkpoint) and controls (signals, profiler)."""
+    """What the steps work on, write to (`save`: a checkpoint) and are stopped by."""
 
     cfg: Any
     task: Any

@@ -14,8 +14,7 @@ from fitting.verdict import RANK
 
 
 def command(slot: str, choice: Any, dtype: torch.dtype, device: torch.device | str) -> str:
-    """The card's command line for this op, as this run would use it (a dict choice in Hydra's
-    override syntax), quoted for a shell."""
+    """The card's command line for this op as this run would use it, quoted for a shell."""
     if isinstance(choice, dict):
         choice = "{" + ",".join(f"{k}:{str(v).lower() if isinstance(v, bool) else v}"
                                 for k, v in choice.items()) + "}"

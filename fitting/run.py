@@ -144,8 +144,7 @@ def _torch_settings(cfg: DictConfig, stack: ExitStack) -> None:
 
 def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State,
            ckpt: Checkpoint, info: dict[str, Any], stack: ExitStack, new: bool) -> float:
-    """Train `built` (task, optimizer, scheduler), then end the run: checkpoint and
-    results.json; closing lines, or Stopped."""
+    """Train, then end the run: checkpoint, results.json and closing lines, or Stopped."""
     task, optimizer, scheduler = built
     tb = stack.enter_context(TensorBoard(out, purge_step=None if new else state.step))
     joblib = _hydra() and _hydra().runtime.choices.get("hydra/launcher") == "joblib"
@@ -252,8 +251,8 @@ def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[
 
 @contextmanager
 def _as_config_error() -> Iterator[None]:
-    """A range check's ValueError, a wrong key's TypeError, a bad _target_, a task too large
-    to allocate: a ConfigError."""
+    """A range check's ValueError, a wrong key's TypeError, a bad _target_, a task too large to
+    allocate: a ConfigError."""
     try:
         yield
     except InstantiationException as err:

@@ -30,8 +30,7 @@ EDGES = {"x = 0, -0, ±1e-3, ±1.5": (0.0, -0.0, 1e-3, -1e-3, 1.5, -1.5),
 
 
 class OpRefused(ValueError):
-    """An op that cannot be used in its slot: it does not resolve, cannot run, or fails a use the
-    run makes; one line."""
+    """An op its slot cannot use (it does not resolve, cannot run, or fails a use); one line."""
 
 
 @dataclass(frozen=True)
@@ -104,8 +103,7 @@ SLOTS: dict[str, Slot] = {
 
 
 def uses(optimizer: type, compiled: bool = False) -> tuple[str, ...]:
-    """The uses a run makes of its ops: training, what the optimizer class `needs` (newton:
-    second_order, lm: forward_ad), compiles."""
+    """The uses a run makes of its ops: training, what its optimizer class `needs`, compiles."""
     return ("training", *getattr(optimizer, "needs", ()), *(("compiles",) if compiled else ()))
 
 

@@ -43,8 +43,7 @@ ROWS = {"ours": (fused_conv_bn2d, False), "twin": (conv_bn_reference, False),
 
 def training_step(conv_bn: Callable, batch: int, device: str,
                   compiled: bool = False) -> tuple[Callable[[], None], int]:
-    """One cnn training step (forward, MSE, backward, Adam) on fixed random data, and the bytes
-    its forward saves for backward."""
+    """One cnn training step (MSE, Adam) on fixed random data; the bytes its forward saves."""
     g = torch.Generator().manual_seed(0)
     model = CurveCNN(conv_bn=conv_bn, device=device)
     forward = torch.compile(model) if compiled else model

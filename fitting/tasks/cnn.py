@@ -115,8 +115,7 @@ class CNNTask(Task):
         return f"CurveCNN with {self.blocks} conv-BN blocks, {n_params} parameters"
 
     def figure(self, model: CurveCNN, step: int) -> Figure:
-        """Four validation images with their true and predicted curves (top), predicted vs true
-        a, b, c, d over the validation set (bottom)."""
+        """Four validation images with true and predicted curves; predicted vs true a, b, c, d."""
         from matplotlib.figure import Figure
 
         images, true = self.val_set[0][:4, 0].float().cpu(), self.val_params

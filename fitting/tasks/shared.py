@@ -30,8 +30,7 @@ def range_checks(n_points: int, x_min: float, x_max: float, least: int) -> list[
 
 
 class Task:
-    """What every task has: residuals on a batch, and its whole data set as each step's batch
-    (unless it draws minibatches)."""
+    """What every task has: residuals on a batch; its whole data set as each step's batch."""
 
     def batch(self, step: int) -> Batch:
         """The whole data set, every step."""
