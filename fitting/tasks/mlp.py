@@ -66,10 +66,6 @@ class MLPTask(Task):
 
     def figure(self, model: MLP, step: int) -> Figure:
         """The target, the prediction on the validation grid and the (noisy) training points."""
-        x, y = self.val
-        with torch.no_grad():
-            pred = model(x)
         title = f"step {step}: {self.describe(model)}, val MSE {self.validate(model):.3g}"
-        return line_figure(x.squeeze(1), y.squeeze(1), pred.squeeze(1), title,
-                           f"target {self.target}(x)",
-                           tuple(t.squeeze(1) for t in self.data) if self.noise > 0 else None)
+        return line_figure(model, self.val, title, f"target {self.target}(x)",
+                           self.data if self.noise > 0 else None)

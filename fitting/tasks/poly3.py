@@ -61,7 +61,5 @@ class Poly3Task(Task):
 
     def figure(self, model: Poly3, step: int) -> Figure:
         """sin(x) and the fit, the formula in the title."""
-        x, y = self.data
-        with torch.no_grad():
-            pred = model(x)
-        return line_figure(x, y, pred, f"step {step}: {model.formula(digits=4)}", "target sin(x)")
+        return line_figure(model, self.data, f"step {step}: {model.formula(digits=4)}",
+                           "target sin(x)")
