@@ -1,8 +1,6 @@
 """The boundary around a user's code (its import, its op's forward and backward): every way it can
 fail to return is one line (CannotRun), never a traceback, a hang or the process's end."""
 
-from __future__ import annotations
-
 import signal
 import threading
 import time
@@ -27,20 +25,19 @@ def _expire(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def guarded(seconds: float | None = None) -> Iterator[None]:
+def guarded() -> Iterator[None]:
     """User code inside: a time limit (SIGALRM, main thread; an outer timer, e.g. pytest-timeout's,
     is put back with its time left), and sys.exit, KeyboardInterrupt, a hang or an exhausted
     memory as CannotRun."""
-    seconds = LIMIT_S if seconds is None else seconds
     main = threading.current_thread() is threading.main_thread()
     if main:
         previous = signal.signal(signal.SIGALRM, _expire)
-        outer, interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+        outer, interval = signal.setitimer(signal.ITIMER_REAL, LIMIT_S)
         start = time.monotonic()
     try:
         yield
     except _Expired:
-        raise CannotRun(f"it did not return within {seconds:g} s (the limit per call): "
+        raise CannotRun(f"it did not return within {LIMIT_S:g} s (the limit per call): "
                         "an endless loop or a wait?") from None
     except SystemExit as err:
         raise CannotRun(f"it called sys.exit({err.code!r}); an op returns or raises") from None

@@ -1,8 +1,6 @@
 """checkpoint.pt: written whole (fitting.files), loaded without running code (zip CRCs,
 weights_only), checked as this app writes it (keys, step, shapes) before it is put back."""
 
-from __future__ import annotations
-
 import io
 import zipfile
 from pathlib import Path

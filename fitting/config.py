@@ -1,8 +1,6 @@
 """The run-level keys, typed, with their defaults (ConfigStore's `base_config`), their range
 checks and conf/config.yaml's resolvers. A task's and an optimizer's keys are their classes'."""
 
-from __future__ import annotations
-
 import math
 import re
 from dataclasses import dataclass, field, make_dataclass
@@ -27,7 +25,6 @@ def short(value: Any, limit: int = 80) -> str:
     """A value or an error as at most `limit` characters of one line."""
     text = " ".join((str(value) if isinstance(value, BaseException) else repr(value)).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
 
 
 CHOICES = {"impl": ("custom", "builtin"), "device": ("auto", "cpu", "cuda"),
@@ -63,7 +60,6 @@ class Stop:
 class Config:
     task: Any = MISSING  # {_target_: fitting.tasks.<Task>, ...} from conf/task
     optimizer: Any = MISSING  # {_target_: ..., _partial_: true, ...} from conf/optimizer
-    scheduler: Any = None  # {_target_: torch.optim.lr_scheduler..., _partial_: true}; None: none
     scheduler: Any = None  # {_target_: torch.optim.lr_scheduler..., _partial_: true}; None: none
     impl: str = "custom"  # the default of every op slot: custom (ours) or builtin (the twin)
     ops: Ops = field(default_factory=Ops)

@@ -1,7 +1,5 @@
 """Files and dirs written whole or not at all: a kill, a full disk or an error leaves the old."""
 
-from __future__ import annotations
-
 import os
 import shutil
 import tempfile

@@ -1,8 +1,6 @@
 """The steps in nanoGPT's order (evaluate, batch, closure, optimizer.step, record, log, stop,
 checkpoint), and what stops a run: a signal, a joblib sweep's parent gone, a non-finite step."""
 
-from __future__ import annotations
-
 import bisect
 import logging
 import math
@@ -114,7 +112,7 @@ class Signals:
         self.signum: int | None = None
         self.parent, self.previous = parent, {}
 
-    def __enter__(self) -> Signals:
+    def __enter__(self) -> "Signals":
         if threading.current_thread() is threading.main_thread():
             self.previous = {s: signal.signal(s, self._handle) for s in self.CAUGHT}
         return self
@@ -137,8 +135,7 @@ class Signals:
 
 @dataclass
 class Run:
-    """What the steps work on: config, task, optimizer, where the run stands, and its outputs
-    (TensorBoard, `save`: a checkpoint) and controls (signals, profiler)."""
+    """What the steps work on, write to (`save`: a checkpoint) and are stopped by."""
 
     cfg: Any
     task: Any

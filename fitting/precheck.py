@@ -1,28 +1,26 @@
 """The app's pre-check of a user's op: the card's rows (fitting.uses) for the uses this run makes
 of it (fitting.slots.uses), on the slot's samples, before the run writes anything."""
 
-from __future__ import annotations
-
+import shlex
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fitting.boundary import CannotRun
-from fitting.slots import spec_arg
+from fitting.slots import OpRefused
 from fitting.uses import NAMES, NEEDS, judge, slot_case
 from fitting.verdict import RANK
 
 
-class OpRefused(ValueError):
-    """An op that cannot run in its slot, or fails a use the run makes; one line."""
-
-
 def command(slot: str, choice: Any, dtype: torch.dtype, device: torch.device | str) -> str:
-    """The card's command line for this op, as this run would use it."""
+    """The card's command line for this op as this run would use it, quoted for a shell."""
+    if isinstance(choice, dict):
+        choice = "{" + ",".join(f"{k}:{str(v).lower() if isinstance(v, bool) else v}"
+                                for k, v in choice.items()) + "}"
     extra = "" if dtype == torch.float32 else f" --dtype {str(dtype).removeprefix('torch.')}"
     extra += "" if torch.device(device).type == "cpu" else f" --device {torch.device(device).type}"
-    return f"python -m fitting.opcheck {slot} {spec_arg(choice)}{extra}"
+    return f"python -m fitting.opcheck {slot} {shlex.quote(str(choice))}{extra}"
 
 
 def precheck(slot: str, fn: Callable, *, device: torch.device | str, dtype: torch.dtype,

@@ -3,8 +3,6 @@ check the config, prepare the ops, build task and optimizer, claim the run dir (
 or refused: fitting.rundir), train, report. It raises ConfigError (train.py: exit 2) or
 Stopped(line, exit code): 1 diverged, 74 a write failed, 128 + n stopped by signal n."""
 
-from __future__ import annotations
-
 import json
 import logging
 import os
@@ -19,7 +17,7 @@ from typing import Any
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fitting.checkpoint import Checkpoint, restore
@@ -86,12 +84,13 @@ def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> d
     with _as_config_error():
         for slot, choice in choices.items():
             ops[slot] = resolve(slot, choice, f"ops.{slot}={describe(choice)}")
+        optimizer = get_class(cfg.optimizer._target_)
     for slot, choice in choices.items():
         if choice not in ("custom", "builtin"):
             try:
                 precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,
                          key=f"ops.{slot}={describe(choice)}",
-                         uses=uses(_name(cfg.optimizer), cfg.compile))
+                         uses=uses(optimizer, cfg.compile))
             except OpRefused as err:  # its one line whole: it ends with the card's command
                 raise ConfigError(str(err)) from None
     return ops
@@ -145,8 +144,7 @@ def _torch_settings(cfg: DictConfig, stack: ExitStack) -> None:
 
 def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State,
            ckpt: Checkpoint, info: dict[str, Any], stack: ExitStack, new: bool) -> float:
-    """Train `built` (task, optimizer, scheduler), then end the run: checkpoint and
-    results.json; closing lines, or Stopped."""
+    """Train, then end the run: checkpoint, results.json and closing lines, or Stopped."""
     task, optimizer, scheduler = built
     tb = stack.enter_context(TensorBoard(out, purge_step=None if new else state.step))
     joblib = _hydra() and _hydra().runtime.choices.get("hydra/launcher") == "joblib"
@@ -154,7 +152,7 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
     prof = stack.enter_context(_profiler(out) if cfg.profile else nullcontext())
 
     def save(status: str, summary: dict[str, float] | None = None) -> None:
-        tb.flush()
+        tb.writer.flush()
         state.loss = float(state.loss)  # a logged step's, or read off the device now
         # Saving reads the weights off the device anyway: only finite ones replace a checkpoint.
         if all(bool(p.isfinite().all()) for p in task.model.parameters()):
@@ -253,8 +251,8 @@ def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[
 
 @contextmanager
 def _as_config_error() -> Iterator[None]:
-    """A range check's ValueError, a wrong key's TypeError, a bad _target_, a task too large
-    to allocate: a ConfigError."""
+    """A range check's ValueError, a wrong key's TypeError, a bad _target_, a task too large to
+    allocate: a ConfigError."""
     try:
         yield
     except InstantiationException as err:

@@ -4,14 +4,12 @@ continued, or another run refused), a new run's .hydra/, and the cleanup (only a
 this invocation made). resume= composes the run's config from its overrides.yaml, as data: a
 user's op named there runs only when the command line names it too (trust_remote_code)."""
 
-from __future__ import annotations
-
 import fcntl
 import os
 import re
 import shlex
 import sys
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +63,7 @@ def fault(err: OSError, where: Path | None = None) -> str:
     return f"could not write {os.fsdecode(err.filename or where or '?')}: {err.strerror or err}"
 
 
-class RunDir:
+class RunDir(AbstractContextManager):
     """One run's dir: claim() locks it and decides; leaving the `with` block releases the lock
     and removes the dir only if this invocation made it and it is empty."""
 
@@ -75,9 +73,6 @@ class RunDir:
         missing = [d for d in (out, *out.parents) if not d.exists()]  # outside Hydra's app
         self.top = missing[-1] if missing else Path(made) if made and Path(made) in (
             out, *out.parents) else None
-
-    def __enter__(self) -> RunDir:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.lock is not None:  # a refusal leaves a killed run's run.lock as it was

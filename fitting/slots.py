@@ -1,20 +1,17 @@
-"""The op slots, in one place: for each, our op, its built-in twin, the layer or model that calls
-it, the inputs it is called with, and which uses each optimizer makes of it. The config (ops.*),
-the app (its ops and their pre-check), the card and the tests all read SLOTS and USES.
+"""The op slots, in one place: for each, our op, its built-in twin, the task whose model calls it
+and the inputs it is called with. The config (ops.*), the app (its ops and their pre-check),
+the card and the tests all read SLOTS.
 
 A slot's choice is `custom` (ours), `builtin` (the twin), `<module>:<name>` (pkgutil.resolve_name,
 from the current dir or PYTHONPATH) or Hydra's `{_target_: <module>.<name>, _partial_: true, ...}`;
 conf/task/*.yaml hands each to `op` through Hydra's instantiate.
 """
 
-from __future__ import annotations
-
 import functools
 import hashlib
 import inspect
 import os
 import pkgutil
-import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +22,6 @@ import torch.nn.functional as F
 
 import models.ops
 from fitting.boundary import CannotRun, guarded
-from models.layers import Activation, FusedConvBN2d, Linear
-from models.poly3 import Poly3
 
 # label, args, kwargs, must (else a difference there is a note: inputs no model passes)
 Sample = tuple[str, tuple, dict, bool]
@@ -34,21 +29,28 @@ EDGES = {"x = 0, -0, ±1e-3, ±1.5": (0.0, -0.0, 1e-3, -1e-3, 1.5, -1.5),
          "x = ±inf, NaN": (torch.inf, -torch.inf, torch.nan)}
 
 
+class OpRefused(ValueError):
+    """An op its slot cannot use (it does not resolve, cannot run, or fails a use); one line."""
+
+
 @dataclass(frozen=True)
 class Slot:
-    """One op slot: ours, its twin, who calls it, and its sample inputs (requires_grad: trains)."""
+    """One op slot: ours, its twin, its task and its sample inputs (requires_grad: trains)."""
 
     ours: Callable
     twin: Callable
-    layer: type  # the module that calls it
     task: str  # conf/task/<task>.yaml: the smallest task whose model calls it (the card trains it)
     samples: Callable[..., list[Sample]]  # (dtype, device, big=False): big, the model's size
 
 
-def _tensor(g: torch.Generator, dtype, device, *shape, grad=True, scale=1.0, shift=0.0):
-    """Random values away from 0 (relu's kink), in `dtype` on `device`."""
-    x = torch.randn(*shape, generator=g, dtype=torch.float64)
-    return (shift + scale * (x + 0.1 * x.sign())).to(device, dtype).requires_grad_(grad)
+def _random(dtype, device) -> Callable[..., torch.Tensor]:
+    """t(*shape, grad=True, scale=1, shift=0): seeded random values away from 0 (relu's kink)."""
+    g = torch.Generator().manual_seed(0)
+
+    def t(*shape, grad=True, scale=1.0, shift=0.0):
+        x = torch.randn(*shape, generator=g, dtype=torch.float64)
+        return (shift + scale * (x + 0.1 * x.sign())).to(device, dtype).requires_grad_(grad)
+    return t
 
 
 def _elementwise(shapes: dict[str, tuple[int, ...]], sized: dict[str, tuple[int, ...]]
@@ -56,8 +58,8 @@ def _elementwise(shapes: dict[str, tuple[int, ...]], sized: dict[str, tuple[int,
     """Samples of an elementwise op: x as each model calls it, then the edge values; with `big`,
     x at the size the model calls it (what the card's cost row times)."""
     def samples(dtype, device, big: bool = False) -> list[Sample]:
-        g = torch.Generator().manual_seed(0)
-        made = [(label, (_tensor(g, dtype, device, *shape),), {}, True)
+        t = _random(dtype, device)
+        made = [(label, (t(*shape),), {}, True)
                 for label, shape in (sized if big else shapes).items()]
         edges = [(k, (torch.tensor(v, dtype=dtype, device=device, requires_grad=True),), {}, True)
                  for k, v in EDGES.items()]
@@ -66,11 +68,7 @@ def _elementwise(shapes: dict[str, tuple[int, ...]], sized: dict[str, tuple[int,
 
 
 def _linear_samples(dtype, device, big: bool = False) -> list[Sample]:
-    g = torch.Generator().manual_seed(0)
-
-    def t(*shape):
-        return _tensor(g, dtype, device, *shape)
-
+    t = _random(dtype, device)
     if big:
         return [("x (256, 64), as the mlp calls it", (t(256, 64), t(64, 64), t(64)), {}, True)]
     return [("x 2-D, as the models call it", (t(4, 8), t(5, 8), t(5)), {}, True),
@@ -78,11 +76,7 @@ def _linear_samples(dtype, device, big: bool = False) -> list[Sample]:
 
 
 def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
-    g = torch.Generator().manual_seed(0)
-
-    def t(*shape, **kw):
-        return _tensor(g, dtype, device, *shape, **kw)
-
+    t = _random(dtype, device)
     if big:  # the cnn's first block, a batch of 64 images
         return [("x (64, 1, 32, 32), as the cnn calls it", (
             t(64, 1, 32, 32), t(8, 1, 3, 3), t(8), t(8), t(8, grad=False, scale=0),
@@ -96,26 +90,21 @@ def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
 
 
 SLOTS: dict[str, Slot] = {
-    "linear": Slot(models.ops.linear, F.linear, Linear, "mlp", _linear_samples),
-    "activation": Slot(models.ops.relu, torch.relu, Activation, "mlp", _elementwise(
+    "linear": Slot(models.ops.linear, F.linear, "mlp", _linear_samples),
+    "activation": Slot(models.ops.relu, torch.relu, "mlp", _elementwise(
         {"x, as the mlp calls it": (4, 8), "x 4-D, as in the cnn": (2, 3, 4, 4)},
         {"x (256, 64), as the mlp calls it": (256, 64)})),
-    "conv_bn": Slot(models.ops.fused_conv_bn2d, models.ops.conv_bn_reference, FusedConvBN2d,
-                    "cnn", _conv_bn_samples),
-    "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, Poly3, "poly3",
+    "conv_bn": Slot(models.ops.fused_conv_bn2d, models.ops.conv_bn_reference, "cnn",
+                    _conv_bn_samples),
+    "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, "poly3",
                         _elementwise({"x, as poly3 calls it": (16,)},
                                      {"x (2000,), as poly3 calls it": (2000,)})),
 }
-# What an optimizer computes through the ops, beyond training's forward and gradient: newton a
-# Hessian by double backward, lm a Jacobian by forward AD (or by double backward where an op has
-# no jvp). compile=true adds "compiles".
-USES: dict[str, tuple[str, ...]] = {"gd": (), "sgd": (), "adam": (), "lbfgs": (),
-                                    "newton": ("second_order",), "lm": ("forward_ad",)}
 
 
-def uses(optimizer: str, compiled: bool = False) -> tuple[str, ...]:
-    """The uses a run makes of its ops: training, what `optimizer` needs, compiles."""
-    return ("training", *USES.get(optimizer, ()), *(("compiles",) if compiled else ()))
+def uses(optimizer: type, compiled: bool = False) -> tuple[str, ...]:
+    """The uses a run makes of its ops: training, what its optimizer class `needs`, compiles."""
+    return ("training", *getattr(optimizer, "needs", ()), *(("compiles",) if compiled else ()))
 
 
 def op(slot: str, choice: Any) -> Callable:
@@ -154,7 +143,7 @@ def load(spec: str) -> Callable:
 
 def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
     """The function a choice names, built as the config builds it (Hydra's instantiate of
-    {_target_: fitting.slots.op, ...}); ValueError, one line naming `key`, if it names none."""
+    {_target_: fitting.slots.op, ...}); OpRefused, one line naming `key`, if it names none."""
     from hydra.utils import instantiate
 
     key = key or f"ops.{slot}={describe(choice)}"
@@ -163,9 +152,9 @@ def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
             fn = instantiate({"_target_": "fitting.slots.op", "slot": slot, "choice": choice})
     except Exception as err:  # noqa: BLE001  an import error, a bad _target_, the user's code
         partial = isinstance(choice, dict) and not choice.get("_partial_")
-        raise ValueError(f"{key}: {line(err)}" + "; add _partial_: true" * partial) from None
+        raise OpRefused(f"{key}: {line(err)}" + "; add _partial_: true" * partial) from None
     if not callable(fn) or isinstance(fn, torch.Tensor):
-        raise ValueError(f"{key}: not a function; give _target_ and _partial_: true")
+        raise OpRefused(f"{key}: not a function; give _target_ and _partial_: true")
     return fn
 
 
@@ -207,14 +196,6 @@ def describe(choice: Any) -> str:
         return str(choice)
     args = ", ".join(f"{k}={v}" for k, v in choice.items() if not str(k).startswith("_"))
     return f"{choice.get('_target_', '?')}({args})"
-
-
-def spec_arg(choice: Any) -> str:
-    """A choice as the card's SPEC argument, in Hydra's override syntax, quoted for a shell."""
-    if isinstance(choice, dict):
-        choice = "{" + ",".join(f"{k}:{str(v).lower() if isinstance(v, bool) else v}"
-                                for k, v in choice.items()) + "}"
-    return shlex.quote(str(choice))
 
 
 def source(fn: Callable) -> dict[str, str] | None:

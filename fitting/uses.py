@@ -1,8 +1,8 @@
 """The card's row for each use a run makes of an op (fitting.slots.uses): training, second order
-(newton), forward AD (lm), compiles. The pre-check runs its run's rows, the card all of them."""
+(newton), forward AD (lm), compiles. The pre-check runs its run's rows, the card all of them,
+and torch.library.opcheck's row too."""
 
-from __future__ import annotations
-
+import functools
 import re
 from collections.abc import Callable
 
@@ -15,6 +15,7 @@ from fitting.verdict import (
     TOL,
     Case,
     Finding,
+    Sample,
     at,
     call_on,
     compare_runs,
@@ -32,6 +33,8 @@ NEEDS = {"second_order": "optimizer=newton", "forward_ad": "optimizer=lm",
          "compiles": "compile=true"}
 NAMES = {"training": "training", "second_order": "second order", "forward_ad": "forward AD",
          "compiles": "compiles"}
+LIBRARY_OPS = (torch.library.CustomOpDef, type(torch.ops.aten.sin.default),
+               type(torch.ops.aten.sin))
 
 
 def slot_case(slot: str, fn: Callable, dtype: torch.dtype, device, ref: Callable | None = None
@@ -190,6 +193,32 @@ def compiles(case: Case, backend: str = "aot_eager") -> list[Finding]:
            if s == "wrong"]
     return [("wrong", f"{what} differs from eager: {bad[0]}") if bad
             else ("pass", f"{what} as eager")]
+
+
+def library_opcheck(fn: Callable, sample: Sample) -> Finding:
+    """torch.library.opcheck on a torch.library op, with the sample's arguments as they are."""
+    kwargs = {}
+    while isinstance(fn, functools.partial):
+        fn, kwargs = fn.func, {**fn.keywords, **kwargs}
+    if not isinstance(fn, LIBRARY_OPS):
+        return "n/a", "not a torch.library op"
+
+    def fresh(obj):
+        return remap(obj, lambda _, t: t.detach().clone().requires_grad_(t.requires_grad), "")
+
+    try:
+        kwargs |= {k: fresh(v) for k, v in sample[2].items()}
+        with guarded():
+            found = torch.library.opcheck(fn, fresh(sample[1]), kwargs, raise_exception=False)
+    except CannotRun:
+        raise
+    except Exception as err:
+        return "wrong", f"torch.library.opcheck raised {line(err)}"
+    failed = {test: r for test, r in found.items() if r != "SUCCESS"}
+    if not failed:
+        return "pass", f"torch.library.opcheck: {', '.join(found)}"
+    test, err = next(iter(failed.items()))
+    return "wrong", f"torch.library.opcheck: {test} fails: {line(err)}"
 
 
 ROWS = {"training": training, "second_order": second_order, "forward_ad": forward_ad,

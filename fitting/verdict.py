@@ -3,8 +3,6 @@ and the card (fitting.opcheck): forward and gradients against the reference's au
 models call the op, on fresh copies; what it returns and what it does to its inputs; kinks and
 non-finite values as notes. Every call of the op is guarded (fitting.boundary)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -53,22 +51,20 @@ class Run:
     error: tuple[str, BaseException] | None = None
 
 
-def tensors(obj, path: str) -> list[tuple[str, torch.Tensor]]:
-    """(path, tensor) of every tensor in obj (a tensor, or lists and tuples of them)."""
-    if isinstance(obj, torch.Tensor):
-        return [(path, obj)]
-    if isinstance(obj, list | tuple):
-        return [pair for i, o in enumerate(obj) for pair in tensors(o, f"{path}[{i}]")]
-    return []
-
-
 def remap(obj, f: Callable, path: str):
-    """obj with each tensor t in it replaced by f(its path, t)."""
+    """obj (a tensor, or lists and tuples of them) with each tensor t replaced by f(its path, t)."""
     if isinstance(obj, torch.Tensor):
         return f(path, obj)
     if isinstance(obj, list | tuple):
         return type(obj)(remap(o, f, f"{path}[{i}]") for i, o in enumerate(obj))
     return obj
+
+
+def tensors(obj, path: str) -> list[tuple[str, torch.Tensor]]:
+    """(path, tensor) of every tensor in obj."""
+    found = []
+    remap(obj, lambda p, t: found.append((p, t)), path)
+    return found
 
 
 def parts_of(sample: Sample, names: list[str]) -> list[tuple[str, object, bool]]:
@@ -96,10 +92,6 @@ def incoming(t: torch.Tensor, k: int) -> torch.Tensor:
                        dtype=torch.float64).to(t.device, t.dtype)
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return bool(((a == b) | (a.isnan() & b.isnan())).all())
-
-
 def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> Run:
     """One guarded call and backward on fresh copies, what trains called as a non-leaf (as a
     model calls an op on activations)."""
@@ -122,8 +114,8 @@ def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> Run:
         run.error = ("calling it", err)
         return run
     run.outs = floats(run.raw)
-    run.changed = [p for p, (x, before, node) in given.items()
-                   if x.grad_fn is node and not _same(x.detach(), before)]
+    run.changed = [p for p, (x, before, node) in given.items() if x.grad_fn is node
+                   and not torch.allclose(x.detach(), before, 0, 0, equal_nan=True)]  # NaN = NaN
     pairs = [(o, incoming(o, k)) for k, o in enumerate(run.outs) if o.requires_grad]
     try:
         with guarded():

@@ -2,8 +2,6 @@
 a job that fails or never completes (scancel, a lost node) fails alone: the sweep waits for every
 job, writes its end for the others, then names the jobs that did not complete (exit 1)."""
 
-from __future__ import annotations
-
 import logging
 from collections.abc import Sequence
 from pathlib import Path

@@ -1,7 +1,5 @@
 """A small CNN of FusedConvBN2d blocks that regresses a vector from a 1-channel image."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 import torch
@@ -16,25 +14,14 @@ class CurveCNN(nn.Module):
     """[conv_bn 3x3 → activation → 2x2 max-pool] per entry of `channels`, then a
     Linear → activation → Linear head; max-pool and flatten are plain torch."""
 
-    def __init__(
-        self,
-        image_size: int = 32,
-        channels: Sequence[int] = (8, 16),
-        hidden: int = 64,
-        out_features: int = 4,
-        *,
-        conv_bn: Op = fused_conv_bn2d,
-        activation: Op = relu,
-        linear: Op = _linear,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
+    def __init__(self, image_size: int = 32, channels: Sequence[int] = (8, 16), hidden: int = 64,
+                 out_features: int = 4, *, conv_bn: Op = fused_conv_bn2d, activation: Op = relu,
+                 linear: Op = _linear, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         if not channels or image_size % 2 ** len(channels):
-            raise ValueError(
-                f"CurveCNN: image_size={image_size} must be divisible by 2**len(channels)"
-                f" = {2 ** len(channels)} (and channels non-empty)"
-            )
+            raise ValueError(f"CurveCNN: image_size={image_size} must be divisible by "
+                             f"2**len(channels) = {2 ** len(channels)} (and channels non-empty)")
         factory = {"device": device, "dtype": dtype}
         blocks: list[nn.Module] = []
         in_ch = 1
@@ -45,11 +32,8 @@ class CurveCNN(nn.Module):
         self.features = nn.Sequential(*blocks)
         side = image_size // 2 ** len(channels)
         self.head = nn.Sequential(
-            nn.Flatten(),
-            Linear(in_ch * side * side, hidden, op=linear, **factory),
-            Activation(op=activation),
-            Linear(hidden, out_features, op=linear, **factory),
-        )
+            nn.Flatten(), Linear(in_ch * side * side, hidden, op=linear, **factory),
+            Activation(op=activation), Linear(hidden, out_features, op=linear, **factory))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """(n, 1, size, size) images → (n, out_features)."""

@@ -1,8 +1,6 @@
 """fuse_conv_bn(model): each Conv2d whose output only a BatchNorm2d reads becomes one
 FusedConvBN2d, found in the dataflow torch.fx traces, nested blocks included."""
 
-from __future__ import annotations
-
 import warnings
 from collections import Counter
 
@@ -50,8 +48,7 @@ def fuse_conv_bn(model: nn.Module, op: Op = fused_conv_bn2d) -> nn.Module:
 
 
 def _pairs(model: nn.Module, graph: fx.Graph) -> list[tuple[str, str]]:
-    """(conv, bn) module names where the graph feeds that conv's output to that bn alone,
-    each module called once."""
+    """(conv, bn) names where the graph feeds that conv's output to that bn alone, each once."""
     modules = dict(model.named_modules())
     calls = Counter(n.target for n in graph.nodes if n.op == "call_module")
     pairs = []

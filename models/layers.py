@@ -1,13 +1,12 @@
 """Drop-in nn.Modules running an op: ours by default, or any callable with the op's arguments."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from .ops import fused_conv_bn2d, linear, relu
+from .ops.fused_conv_bn import Pair
 
 Op = Callable[..., torch.Tensor]
 
@@ -55,23 +54,21 @@ class FusedConvBN2d(nn.Sequential):
     track_running_stats rules are applied here, as the module pair applies them.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
-                 stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] | str = 0,
-                 dilation: int | tuple[int, int] = 1, groups: int = 1, eps: float = 1e-5,
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Pair, stride: Pair = 1,
+                 padding: Pair | str = 0, dilation: Pair = 1, groups: int = 1, eps: float = 1e-5,
                  momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, *, op: Op = fused_conv_bn2d,
-                 device=None, dtype=None) -> None:
+                 track_running_stats: bool = True, *, op: Op = fused_conv_bn2d, device=None,
+                 dtype=None) -> None:
         factory = {"device": device, "dtype": dtype}
         super().__init__(
             nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                       bias=False, **factory),
-            nn.BatchNorm2d(out_channels, eps, momentum, affine, track_running_stats, **factory),
-        )
+            nn.BatchNorm2d(out_channels, eps, momentum, affine, track_running_stats, **factory))
         self.op = op
 
     @classmethod
     def from_pair(cls, conv: nn.Conv2d, bn: nn.BatchNorm2d, *,
-                  op: Op = fused_conv_bn2d) -> FusedConvBN2d:
+                  op: Op = fused_conv_bn2d) -> "FusedConvBN2d":
         """The layer made of these modules themselves (their parameters and buffers)."""
         layer = cls.__new__(cls)
         nn.Sequential.__init__(layer, conv, bn)

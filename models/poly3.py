@@ -1,7 +1,5 @@
 """The tutorial's model y = a + b * P3(c + d x) with four scalar parameters."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 
@@ -26,17 +24,10 @@ def short_name(op: Op) -> str:
 class Poly3(nn.Module):
     """y = a + b * P3(c + d x), P3 computed by `legendre_p3` (ours by default)."""
 
-    def __init__(
-        self,
-        a: float = TUTORIAL_START["a"],
-        b: float = TUTORIAL_START["b"],
-        c: float = TUTORIAL_START["c"],
-        d: float = TUTORIAL_START["d"],
-        *,
-        legendre_p3: Op = _legendre_p3,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
+    def __init__(self, a: float = TUTORIAL_START["a"], b: float = TUTORIAL_START["b"],
+                 c: float = TUTORIAL_START["c"], d: float = TUTORIAL_START["d"], *,
+                 legendre_p3: Op = _legendre_p3, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.legendre_p3 = legendre_p3
         factory = {"device": device, "dtype": dtype}

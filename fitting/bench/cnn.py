@@ -6,8 +6,6 @@ the conv output) and the twin under torch.utils.checkpoint (recomputes the whole
 eager mode; ours and the twin with the model under torch.compile, as `compile=true` runs it.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from fitting.bench import report
 from fitting.bench.report import machine, medians_ms, table
+from fitting.track.memory import step_peak
 from models.cnn import CurveCNN
 from models.ops import conv_bn_reference, fused_conv_bn2d, saved_tensor_bytes
 
@@ -44,8 +43,7 @@ ROWS = {"ours": (fused_conv_bn2d, False), "twin": (conv_bn_reference, False),
 
 def training_step(conv_bn: Callable, batch: int, device: str,
                   compiled: bool = False) -> tuple[Callable[[], None], int]:
-    """One cnn training step (forward, MSE, backward, Adam) on fixed random data, and the bytes
-    its forward saves for backward."""
+    """One cnn training step (MSE, Adam) on fixed random data; the bytes its forward saves."""
     g = torch.Generator().manual_seed(0)
     model = CurveCNN(conv_bn=conv_bn, device=device)
     forward = torch.compile(model) if compiled else model
@@ -65,28 +63,6 @@ def training_step(conv_bn: Callable, batch: int, device: str,
     return step, saved.bytes
 
 
-def tensor_peak(step: Callable[[], None], device: str) -> int:
-    """The most tensor bytes one step had allocated at once above those live at its start."""
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    # The CPU allocator keeps no statistics: the profiler's allocation and free records do.
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:
-        step()
-    records = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                     if e.name() == "[memory]")
-    peak = running = 0
-    for _, nbytes in records:
-        running += nbytes
-        peak = max(peak, running)
-    return peak
-
-
 def run(device: str, quick: bool) -> str:
     """The table: one row per conv_bn (and mode) and batch size; --quick runs no compiler."""
     batches, t = ((8,), 0.05) if quick else ((64, 256, 1024), 1.0)
@@ -100,7 +76,11 @@ def run(device: str, quick: bool) -> str:
         made = {name: training_step(conv_bn, batch, device, compiled)
                 for name, (conv_bn, compiled) in ROWS.items() if not (quick and compiled)}
         steps = {name: step for name, (step, _) in made.items()}
-        peaks = {name: tensor_peak(step, device) for name, step in steps.items()}
+        peaks = {}
+        for name, step in steps.items():
+            with step_peak(device) as peak:
+                step()
+            peaks[name] = peak.bytes
         ms = medians_ms(steps, t, rounds=1 if quick else 3)
         for name, (_, saved) in made.items():
             twin = "twin, compiled" if ROWS[name][1] else "twin"

@@ -4,8 +4,6 @@
 for legendre_p3 (a chain of elementwise ops for inductor to fuse), the twin under torch.compile.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from pathlib import Path
 

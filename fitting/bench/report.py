@@ -1,7 +1,5 @@
 """What the benchmarks share: a timer, the machine line, markdown tables, and writing a section."""
 
-from __future__ import annotations
-
 import argparse
 import os
 import platform
@@ -47,15 +45,6 @@ def table(header: Sequence[str], rows: list[Sequence[object]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
 
 
-def parser(prog: str, doc: str) -> argparse.ArgumentParser:
-    """The benchmarks' common options: --device, --quick, --write."""
-    p = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--quick", action="store_true", help="tiny sizes, short timings")
-    p.add_argument("--write", action="store_true", help=f"update its section of {DOC.name}")
-    return p
-
-
 def write_section(name: str, argv: Sequence[str], text: str, doc: Path = DOC) -> None:
     """Replace the `<!-- bench:NAME -->` section of `doc` (or append one): command and text."""
     command = shlex.join(["python", "-m", f"fitting.bench.{name}", *argv])
@@ -71,7 +60,11 @@ def main(name: str, doc: str, run: Callable[[str, bool], str], argv: Sequence[st
          out: Path = DOC) -> str:
     """A benchmark's command line: print its table; --write puts it in docs/benchmarks.md."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser(f"fitting.bench.{name}", doc).parse_args(argv)
+    p = argparse.ArgumentParser(prog=f"python -m fitting.bench.{name}", description=doc)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, short timings")
+    p.add_argument("--write", action="store_true", help=f"update its section of {DOC.name}")
+    args = p.parse_args(argv)
     text = run(args.device, args.quick)
     print(text)
     if args.write:

@@ -1,7 +1,5 @@
 """The Hydra callback that ends every sweep (hydra.callbacks in conf/config.yaml)."""
 
-from __future__ import annotations
-
 import logging
 import os
 import time
@@ -9,8 +7,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-# The HParams metric columns, as fitting.track.tensorboard.METRICS (a test keeps them equal).
-METRICS = ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
+from fitting.track.tensorboard import METRICS  # the HParams metric columns
+
 SHORT = ("loss", "val loss", "step ms (median)", "saved B")  # every column fits in 1600 px
 
 

@@ -1,8 +1,6 @@
 """compare.png: a row per experiment (its seeds together): the reference's training loss as a
 band over seeds, each run of the other op choices over it, and how far each is from it."""
 
-from __future__ import annotations
-
 from functools import reduce
 
 import numpy as np
@@ -16,23 +14,19 @@ REFERENCE = {"linewidth": 5.0, "alpha": 0.35, "linestyle": "-"}
 MINE = [{"linewidth": 1.4, "linestyle": dash} for dash in ("--", ":", "-.")]
 
 
-def _band(series: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
-    """(steps, median, min, max) over `series` at the steps all of them logged."""
-    steps = reduce(np.intersect1d, [s for s, _ in series])
-    values = np.vstack([np.asarray(v)[np.intersect1d(s, steps, return_indices=True)[1]]
-                        for s, v in series])
-    return steps, np.median(values, axis=0), values.min(axis=0), values.max(axis=0)
-
-
 def _draw(ax, series: list, style: dict, label: str, color: str) -> bool:
-    """The median of `series` as a line, their min–max as a band when several; False if empty."""
+    """The median of `series` at the steps all of them logged as a line, their min–max as a band
+    when several; False if empty."""
     series = [(s, v) for s, v in series if len(s)]
     if not series:
         return False
-    steps, median, low, high = _band(series)
-    ax.plot(steps, median, color=color, label=label, **style)
+    steps = reduce(np.intersect1d, [s for s, _ in series])
+    values = np.vstack([np.asarray(v)[np.intersect1d(s, steps, return_indices=True)[1]]
+                        for s, v in series])
+    ax.plot(steps, np.median(values, axis=0), color=color, label=label, **style)
     if len(series) > 1:
-        ax.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
+        ax.fill_between(steps, values.min(axis=0), values.max(axis=0), color=color, alpha=0.15,
+                        linewidth=0)
     return len(steps) > 0
 
 

@@ -6,23 +6,15 @@ writes compare.md (the full names, the pairs), compare.png and the mine − refe
 (differences/) to RUNS_DIR, or all of them to DIR when given.
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys
 import textwrap
 
-import numpy as np
-
 from fitting.compare.runs import (
     DIFF_TAG,
-    SAVED_BYTES,
-    STEP_MS,
-    fmt,
-    loss_gap,
-    markdown,
     pair,
+    pairs_table,
     read_runs,
     runs_table,
     shown,
@@ -33,8 +25,6 @@ from fitting.compare.seeds import RULE, verdict_lines
 from fitting.files import write_atomic
 
 PROG = "python -m fitting.compare"
-PEAK = ("peak_bytes", "memory/peak_bytes", max)
-PEAK_RSS = ("peak_rss_bytes", "memory/peak_rss_bytes")
 NOTES = """\
 - Runs pair when their configs agree on everything but `ops`. The reference is the run whose
   differing ops are `builtin`, else `torch.` functions, else the first in job order.
@@ -46,26 +36,6 @@ NOTES = """\
 - compare.png: the reference thick and light (over seeds: their median and min–max band),
   each run of mine thin and dashed over it.
 - A user's op reads `module:name @<the first 8 hex of its file's sha256>` (results.json's)."""
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    """a / b; None where either is missing or b is 0."""
-    return None if a is None or not b else a / b
-
-
-def pairs_table(runs: list) -> str:
-    """The per-pair markdown table (after `pair`): loss gap and mine / reference ratios."""
-    rows = []
-    for mine in (r for r in runs if r.reference is not None):
-        ref = mine.reference
-        steps, gap, ref_loss = loss_gap(mine, ref)
-        rel = np.max(np.abs(gap) / np.maximum(np.abs(ref_loss), 1e-300)) if len(steps) else None
-        rows.append([f"`{shown(mine.name)}`", f"`{shown(ref.name)}`", str(len(steps)),
-                     fmt(rel, ".3e")] + [fmt(ratio(mine.number(*k), ref.number(*k)), ".4f")
-                                         for k in (STEP_MS, SAVED_BYTES, PEAK, PEAK_RSS)])
-    header = ["mine", "reference", "common steps", "max rel. Δloss", "step time ×",
-              "saved bytes ×", "peak ×", "peak RSS ×"]
-    return markdown(header, rows) if rows else "No pairs: no two runs differ only in their ops."
 
 
 def write_report(runs: list, root: str, out: str) -> str:

@@ -1,7 +1,5 @@
 """Runs read with TensorBoard's EventAccumulator and results.json, paired, tabled, differenced."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os
@@ -22,6 +20,8 @@ SIZE_GUIDANCE = {"scalars": 0, "images": 1, "histograms": 1, "compressedHistogra
 # A run's numbers (Run.number): results.json's key, else the tag's logged values.
 FINAL_LOSS, STEP_MS = ("final_loss", "loss/train"), ("step_ms_median", "time/step_ms_median")
 SAVED_BYTES = ("saved_bytes", "memory/saved_bytes", np.median)
+PEAK = ("peak_bytes", "memory/peak_bytes", max)
+PEAK_RSS = ("peak_rss_bytes", "memory/peak_rss_bytes")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster at 300 runs
 
 
@@ -37,7 +37,7 @@ class Run:
     ops: dict[str, str]  # each slot's op choice as text (a user's op: `text @<its file's hash>`)
     status: str  # results.json's (completed, diverged, ...), else running or killed
     overrides: list[str]  # the job's command-line overrides (.hydra/overrides.yaml)
-    reference: Run | None = None
+    reference: "Run | None" = None
 
     def number(self, key: str, tag: str, pick=lambda values: values[-1]) -> float | None:
         """results.json's `key`, else `pick` of the tag's logged values; None without both."""
@@ -144,6 +144,11 @@ def loss_gap(mine: Run, ref: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return steps, np.asarray(va, np.float64)[ia] - ref_loss, ref_loss
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b; None where either is missing or b is 0."""
+    return None if a is None or not b else a / b
+
+
 def fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -161,8 +166,7 @@ def _numbers(run: Run, refs: set[int]) -> list[str]:
     if ref is not None:
         ref_loss = ref.number(*FINAL_LOSS)
         delta = fmt(None if None in (loss, ref_loss) else loss - ref_loss, ".3g")
-        ref_ms = ref.number(*STEP_MS)
-        times = fmt(ms / ref_ms if ms is not None and ref_ms else None, ".3f")
+        times = fmt(ratio(ms, ref.number(*STEP_MS)), ".3f")
     return [fmt(loss, ".6g"), delta, fmt(ms, ".4g"), times, fmt(run.number(*SAVED_BYTES), ",.0f"),
             run.status]
 
@@ -175,6 +179,21 @@ def runs_table(runs: list[Run]) -> str:
              *_numbers(run, refs)] for run in runs]
     return markdown(["job", "ops", "final loss", "Δ loss vs ref", "step ms (median)", "× ref",
                      "saved bytes", "status"], rows)
+
+
+def pairs_table(runs: list) -> str:
+    """The per-pair markdown table (after `pair`): loss gap and mine / reference ratios."""
+    rows = []
+    for mine in (r for r in runs if r.reference is not None):
+        ref = mine.reference
+        steps, gap, ref_loss = loss_gap(mine, ref)
+        rel = np.max(np.abs(gap) / np.maximum(np.abs(ref_loss), 1e-300)) if len(steps) else None
+        rows.append([f"`{shown(mine.name)}`", f"`{shown(ref.name)}`", str(len(steps)),
+                     fmt(rel, ".3e")] + [fmt(ratio(mine.number(*k), ref.number(*k)), ".4f")
+                                         for k in (STEP_MS, SAVED_BYTES, PEAK, PEAK_RSS)])
+    header = ["mine", "reference", "common steps", "max rel. Δloss", "step time ×",
+              "saved bytes ×", "peak ×", "peak RSS ×"]
+    return markdown(header, rows) if rows else "No pairs: no two runs differ only in their ops."
 
 
 def job(run: Run) -> str:

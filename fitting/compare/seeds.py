@@ -1,8 +1,6 @@
 """Trains the same? An op's runs over seeds against its reference's, by one stated rule (the op
 card's training row uses it too)."""
 
-from __future__ import annotations
-
 import json
 import math
 import warnings

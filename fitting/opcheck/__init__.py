@@ -1,7 +1,5 @@
 """The report card of an op: python -m fitting.opcheck SLOT SPEC (see docs/ops.md)."""
 
-from __future__ import annotations
-
 import importlib.util
 from pathlib import Path
 

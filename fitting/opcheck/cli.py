@@ -9,8 +9,6 @@ Exit status: 0 nothing wrong, 1 something wrong (or a note, with --strict), 2 th
 (it raises, returns the wrong thing, hangs, exits; or --device is not available).
 """
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path
@@ -20,10 +18,9 @@ import torch
 from fitting import slots, verdict
 from fitting.boundary import CannotRun
 from fitting.opcheck.cost import cost
-from fitting.opcheck.rows import library_opcheck
 from fitting.opcheck.trains import trains
-from fitting.precheck import OpRefused
-from fitting.uses import NAMES, judge, slot_case
+from fitting.slots import OpRefused
+from fitting.uses import NAMES, judge, library_opcheck, slot_case
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
@@ -75,7 +72,7 @@ def _any_samples(args, dtype, device) -> list[verdict.Sample]:
         cases = {"x": x + 0.1 * x.sign(), **{k: torch.tensor(v * n)[:n].reshape(shape)
                                             for k, v in slots.EDGES.items()}}
         return [(k, (t.to(device, dtype).requires_grad_(),), {}, True) for k, t in cases.items()]
-    made = _resolve("any", args.inputs, f"--inputs {args.inputs}")()
+    made = slots.resolve("any", args.inputs, f"--inputs {args.inputs}")()
     if not (isinstance(made, list) and made and all(len(s) == 2 for s in made)):
         raise OpRefused(f"--inputs {args.inputs}: expected a list of (args, kwargs)")
     samples = [(f"sample {i}", tuple(a), dict(k), True) for i, (a, k) in enumerate(made)]
@@ -83,14 +80,6 @@ def _any_samples(args, dtype, device) -> list[verdict.Sample]:
         raise OpRefused(f"--inputs {args.inputs}: no tensor of sample 0 requires grad; "
                         "mark the ones that train with .requires_grad_()")
     return samples
-
-
-def _resolve(slot: str, spec, key: str):
-    """The callable a SPEC names (fitting.slots.resolve); OpRefused naming `key` if none."""
-    try:
-        return slots.resolve(slot, spec, key)
-    except ValueError as err:
-        raise OpRefused(str(err)) from None
 
 
 def _device(text: str) -> torch.device:
@@ -108,8 +97,9 @@ def _setup(args) -> tuple[str, str, verdict.Case]:
     dtype, device = DTYPES[args.dtype], _device(args.device)
     spec, ref_spec = parse_spec(args.spec), parse_spec(args.ref or "builtin")
     key = f"{'any ' if args.slot == 'any' else f'ops.{args.slot}='}{slots.describe(spec)}"
-    fn = _resolve(args.slot, spec, key)
-    ref = _resolve(args.slot, ref_spec, f"--ref {slots.describe(ref_spec)}") if args.ref else None
+    fn = slots.resolve(args.slot, spec, key)
+    ref = slots.resolve(args.slot, ref_spec, f"--ref {slots.describe(ref_spec)}") if args.ref \
+        else None
     if args.slot == "any":
         if not ref or not (args.shape or args.inputs):
             raise OpRefused("any: give --ref and --shape 64,8 or --inputs <module>:<fn>")

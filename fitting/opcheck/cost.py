@@ -2,8 +2,6 @@
 the bytes it saves for backward and a step's tensor peak, against its reference's, at the size
 its model calls it."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch

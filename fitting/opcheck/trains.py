@@ -2,22 +2,20 @@
 slot and with the reference (ours in the other slots), a short run each with plain SGD, judged
 by fitting.compare.seeds' rule."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
+from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from fitting.boundary import guarded
 from fitting.compare.seeds import trains_same
+from fitting.config import REPO_ROOT  # importing it registers the schemas conf/ needs
 from fitting.loop import Closure
 from fitting.slots import SLOTS
 from fitting.verdict import Finding
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 STEPS = {"poly3": 100, "mlp": 300, "cnn": 20}  # short: by 300 steps relu/100 trains 3x worse
 # mlp at a tenth of its SGD lr: early training, where every layer's gradient sets the pace (at
 # 0.1 the last layer alone fits sin about as well); cnn: data for 20 steps of 32, not 8192.
@@ -49,13 +47,9 @@ def curve(cfg, slot: str, fn: Callable, seed: int, steps: int, dtype: torch.dtyp
 def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
            quick: bool = False) -> Finding:
     """The row: identical or the same within the seed spread (pass), or differs (wrong)."""
-    from hydra import compose, initialize_config_dir
-
-    import fitting.config  # noqa: F401  (registers the schemas)
-
     task = SLOTS[slot].task
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # as train.py does
-        cfg = compose("config", overrides=[f"task={task}", "optimizer=sgd", *PROTOCOL.get(task, [])])
+    with initialize_config_dir(str(REPO_ROOT / "conf"), version_base="1.3"):  # as train.py does
+        cfg = compose("config", [f"task={task}", "optimizer=sgd", *PROTOCOL.get(task, [])])
     seeds, steps = (3, STEPS[task] // 2) if quick else (SEEDS, STEPS[task])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the models are tiny: a second thread only adds sync cost

@@ -2,8 +2,6 @@
 backward, a Jacobian by forward AD, each through torch.autograd so that `forward(ctx, ...)`
 Functions work too, as long as their backward is itself differentiable."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 
 import torch

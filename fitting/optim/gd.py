@@ -5,8 +5,6 @@ tutorial's multiply-then-subtract: poly3's a and c, which should stay at 0, drif
 GD rounds as the tutorial does, so `python train.py` reproduces the tutorial's numbers exactly.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable
 from typing import Any
 

@@ -1,7 +1,5 @@
 """Levenberg–Marquardt with the Jacobian by forward AD through the model's ops."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable, Iterable
 from typing import Any

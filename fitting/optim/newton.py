@@ -1,7 +1,5 @@
 """Damped Newton with the exact Hessian by double backward through the model's ops."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -17,11 +15,6 @@ def require(*checks: tuple[str, Any, bool, str]) -> None:
     for key, value, ok, allowed in checks:
         if not ok:
             raise ValueError(f"optimizer.{key} must be {allowed}, got {value!r}")
-
-
-def squared(residuals: Tensor, reduction: str) -> Tensor:
-    """The loss: sum or mean of the squared residuals."""
-    return residuals.square().sum() if reduction == "sum" else residuals.square().mean()
 
 
 def marquardt_scale(diag: Tensor) -> Tensor:
@@ -103,14 +96,14 @@ class Newton(Damped):
         group, lam = self.param_groups[0], self.damping
         with torch.enable_grad():
             loss = closure().detach()
-            hess = hessian(lambda: squared(closure.residuals(), closure.reduction), self.params)
+            hess = hessian(lambda: closure.reduce(closure.residuals()), self.params)
         grad = flatten([p.grad for p in self.params], self.params)
         theta, scale = parameters_to_vector(self.params).detach(), marquardt_scale(hess.diag())
         for tries in range(1, group["max_tries"] + 1):
             chol, info = torch.linalg.cholesky_ex(hess + lam * scale.diag())
             if info.item() == 0:
                 delta = -torch.cholesky_solve(grad.unsqueeze(-1), chol).squeeze(-1)
-                new = squared(self.residuals_at(theta + delta, closure), closure.reduction)
+                new = closure.reduce(self.residuals_at(theta + delta, closure))
                 if torch.isfinite(new) and new <= loss + self.noise(loss):
                     lam_next = lam / group["factor"]
                     lam_next = lam_next if lam_next >= group["min_damping"] else 0.0

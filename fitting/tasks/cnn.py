@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from fitting.tasks.shared import Batch, require, residuals
+from fitting.tasks.shared import Batch, Task, require
 from models.cnn import CurveCNN
 from models.ops import legendre_p3_reference
 
@@ -46,7 +46,7 @@ def make_images(n: int, size: int, noise: float, generator: torch.Generator) -> 
     return params, images.unsqueeze(1)
 
 
-class CNNTask:
+class CNNTask(Task):
     """Minibatches of batch_size from n_train images; validation MSE on n_val held-out images.
     The loss is the MSE of the standardized (a, b, c, d)."""
 
@@ -75,8 +75,7 @@ class CNNTask:
         # The minibatches continue the data's stream: replayed from here for any step asked.
         self.generator, self.start, self.next_step = generator, generator.get_state(), 0
         torch.manual_seed(seed)  # the model's initialization
-        self.model = CurveCNN(image_size, list(channels), hidden, device=device, dtype=dtype,
-                              **ops)
+        self.model = CurveCNN(image_size, list(channels), hidden, device=device, dtype=dtype, **ops)
 
     def batch(self, step: int) -> Batch:
         """Minibatch `step`: batch_size training images drawn with replacement, the same for a
@@ -90,8 +89,6 @@ class CNNTask:
             self.next_step += 1
         idx = idx.to(images.device)
         return images[idx], targets[idx]
-
-    residuals = staticmethod(residuals)
 
     def predict(self, model: CurveCNN) -> Tensor:
         """The validation images' predictions, standardized, batch norm in eval mode."""
@@ -118,8 +115,7 @@ class CNNTask:
         return f"CurveCNN with {self.blocks} conv-BN blocks, {n_params} parameters"
 
     def figure(self, model: CurveCNN, step: int) -> Figure:
-        """Four validation images with their true and predicted curves (top), predicted vs true
-        a, b, c, d over the validation set (bottom)."""
+        """Four validation images with true and predicted curves; predicted vs true a, b, c, d."""
         from matplotlib.figure import Figure
 
         images, true = self.val_set[0][:4, 0].float().cpu(), self.val_params

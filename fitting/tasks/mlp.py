@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from fitting.tasks.shared import Batch, line_figure, range_checks, require, residuals
+from fitting.tasks.shared import Batch, Task, line_figure, range_checks, require
 from models.mlp import MLP
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ def _column(x: Tensor, y: Tensor, device: torch.device | str, dtype: torch.dtype
     return x.view(-1, 1).to(device, dtype), y.view(-1, 1).to(device, dtype)
 
 
-class MLPTask:
+class MLPTask(Task):
     """Fit of `target` at n_points evenly spaced x on [x_min, x_max] plus Gaussian noise of std
     `noise`; validation on the noiseless target at n_val points of the same range."""
 
@@ -47,14 +47,7 @@ class MLPTask:
         self.data, self.val = _column(x, y, device, dtype), _column(x_val, f(x_val), device, dtype)
         self.target, self.noise, self.sizes = target, noise, [1, *hidden, 1]
         torch.manual_seed(seed)  # the model's initialization
-        self.model = MLP(1, list(hidden), 1, device=device, dtype=dtype,
-                         **ops)
-
-    def batch(self, step: int) -> Batch:
-        """The whole training set, every step."""
-        return self.data
-
-    residuals = staticmethod(residuals)
+        self.model = MLP(1, list(hidden), 1, device=device, dtype=dtype, **ops)
 
     def validate(self, model: MLP) -> float:
         """MSE against the noiseless target on the validation grid."""
@@ -73,10 +66,6 @@ class MLPTask:
 
     def figure(self, model: MLP, step: int) -> Figure:
         """The target, the prediction on the validation grid and the (noisy) training points."""
-        x, y = self.val
-        with torch.no_grad():
-            pred = model(x)
         title = f"step {step}: {self.describe(model)}, val MSE {self.validate(model):.3g}"
-        return line_figure(x.squeeze(1), y.squeeze(1), pred.squeeze(1), title,
-                           f"target {self.target}(x)",
-                           tuple(t.squeeze(1) for t in self.data) if self.noise > 0 else None)
+        return line_figure(model, self.val, title, f"target {self.target}(x)",
+                           self.data if self.noise > 0 else None)

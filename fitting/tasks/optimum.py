@@ -8,8 +8,6 @@ p2 = 0, p1 > 0 > p3): no iteration, no starting point, and no better local minim
 mirror solutions (b, d) and (−b, −d) the one with d > 0 is returned, the tutorial's branch.
 """
 
-from __future__ import annotations
-
 import math
 
 import torch
@@ -19,8 +17,7 @@ TUTORIAL_OPTIMUM_LOSS = 8.81716541000702
 
 
 def cubic_to_poly3(p0: float, p1: float, p2: float, p3: float) -> tuple[float, ...] | None:
-    """(a, b, c, d) with d > 0 and a + b·P3(c + d·x) = p0 + p1·x + p2·x² + p3·x³, or None if
-    the cubic has no such form."""
+    """(a, b, c, d), d > 0, with a + b·P3(c + d·x) = p0 + p1·x + p2·x² + p3·x³; None if none."""
     disc = p2 * p2 / (3 * p3 * p3) - p1 / p3 if p3 != 0 else 0.0
     if disc <= 0:
         return None

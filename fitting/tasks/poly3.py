@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING
 import torch
 
 from fitting.tasks.optimum import poly3_optimum
-from fitting.tasks.shared import Batch, line_figure, range_checks, require, residuals
+from fitting.tasks.shared import Batch, Task, line_figure, range_checks, require
 from models.ops import legendre_p3_reference
 from models.poly3 import Poly3
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-class Poly3Task:
+
+class Poly3Task(Task):
     """Full-batch fit of sin at n_points on [x_min, x_max] from the start `init` (a, b, c, d);
     no validation set. The data are made as the tutorial makes them, in `dtype`."""
 
@@ -30,14 +31,7 @@ class Poly3Task:
         # On the CPU, then moved: every device fits the same numbers.
         x = torch.linspace(x_min, x_max, n_points, dtype=dtype)
         self.data: Batch = (x.to(device), torch.sin(x).to(device))
-        self.model = Poly3(*(init[k] for k in "abcd"), device=device, dtype=dtype,
-                           **ops)
-
-    def batch(self, step: int) -> Batch:
-        """The whole data set, every step."""
-        return self.data
-
-    residuals = staticmethod(residuals)
+        self.model = Poly3(*(init[k] for k in "abcd"), device=device, dtype=dtype, **ops)
 
     def validate(self, model: Poly3) -> None:
         """None: poly3 has no validation set."""
@@ -67,7 +61,5 @@ class Poly3Task:
 
     def figure(self, model: Poly3, step: int) -> Figure:
         """sin(x) and the fit, the formula in the title."""
-        x, y = self.data
-        with torch.no_grad():
-            pred = model(x)
-        return line_figure(x, y, pred, f"step {step}: {model.formula(digits=4)}", "target sin(x)")
+        return line_figure(model, self.data, f"step {step}: {model.formula(digits=4)}",
+                           "target sin(x)")

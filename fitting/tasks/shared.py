@@ -1,5 +1,5 @@
-"""What the tasks share: a batch of (inputs, targets), residuals, range checks and the figure
-of a 1-D fit."""
+"""What the tasks share: a batch of (inputs, targets), their base class, range checks and the
+figure of a 1-D fit."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
@@ -29,23 +30,35 @@ def range_checks(n_points: int, x_min: float, x_max: float, least: int) -> list[
             ("x_min", x_min, finite and x_min < x_max, f"finite and < task.x_max={x_max!r}")]
 
 
-def residuals(model: Callable[[Tensor], Tensor], batch: Batch) -> Tensor:
-    """Prediction minus target on a batch (inputs, targets)."""
-    inputs, targets = batch
-    return model(inputs) - targets
+class Task:
+    """What every task has: residuals on a batch; its whole data set as each step's batch."""
+
+    def batch(self, step: int) -> Batch:
+        """The whole data set, every step."""
+        return self.data
+
+    @staticmethod
+    def residuals(model: Callable[[Tensor], Tensor], batch: Batch) -> Tensor:
+        """Prediction minus target on a batch (inputs, targets)."""
+        inputs, targets = batch
+        return model(inputs) - targets
 
 
-def line_figure(x: Tensor, target: Tensor, pred: Tensor, title: str, target_label: str,
+def line_figure(model: Callable[[Tensor], Tensor], batch: Batch, title: str, target_label: str,
                 points: Batch | None = None) -> Figure:
-    """A 1-D fit: the target curve, the prediction and, if given, the training points."""
+    """A 1-D fit: the target curve of `batch`, the model's prediction there and, if given, the
+    training points."""
     from matplotlib.figure import Figure
 
+    with torch.no_grad():
+        x, target, pred = (t.reshape(-1).cpu().numpy() for t in (*batch, model(batch[0])))
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.subplots()
     if points is not None:
-        ax.scatter(*(t.cpu().numpy() for t in points), s=6, color="0.6", label="training points")
-    ax.plot(x.cpu().numpy(), target.cpu().numpy(), linewidth=2.5, color="0.7", label=target_label)
-    ax.plot(x.cpu().numpy(), pred.detach().cpu().numpy(), color="C0", label="prediction")
+        ax.scatter(*(t.reshape(-1).cpu().numpy() for t in points), s=6, color="0.6",
+                   label="training points")
+    ax.plot(x, target, linewidth=2.5, color="0.7", label=target_label)
+    ax.plot(x, pred, color="C0", label="prediction")
     ax.set(xlabel="x", ylabel="y", title=title)
     ax.legend(loc="best")
     ax.grid(alpha=0.3)

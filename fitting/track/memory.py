@@ -1,7 +1,5 @@
 """Peak memory: the process's peak RSS (every logged step) and a step's tensor peak (opt-in)."""
 
-from __future__ import annotations
-
 import resource
 import sys
 from collections.abc import Iterator

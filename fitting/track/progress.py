@@ -2,11 +2,10 @@
 plain log line every 10 % of the steps in the run's log file, and on anything that is not a
 terminal (a SLURM job's output)."""
 
-from __future__ import annotations
-
 import logging
 import sys
 import time
+from contextlib import AbstractContextManager
 from typing import TextIO
 
 from tqdm import tqdm
@@ -15,7 +14,7 @@ log = logging.getLogger(__name__)
 LINE = "{n_fmt}/{total_fmt} steps ({percentage:.0f}%), {rate_fmt}, {remaining} left{postfix}"
 
 
-class Progress:
+class Progress(AbstractContextManager):
     """Progress over steps `initial`..`total`, on `file` (default stderr) if it is a terminal,
     else through logging. `update` costs an int comparison on most steps: no device sync."""
 
@@ -27,11 +26,9 @@ class Progress:
         self.tenth = initial * 10 // max(total, 1) + 1  # the next tenth of the steps to log at
         self.start = time.monotonic()
 
-    def __enter__(self) -> Progress:
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if self.bar is not None:  # the terminal line ends; a plain log needs no ending
+            self.bar.close()
 
     def update(self, done: int, loss: float | None = None) -> None:
         """`done` steps of `total` are done; `loss`, if given, is shown beside."""
@@ -54,8 +51,3 @@ class Progress:
             for handler in logging.getLogger().handlers:
                 if isinstance(handler, logging.FileHandler):
                     handler.handle(record)
-
-    def close(self) -> None:
-        """End the terminal line (a plain log needs no ending)."""
-        if self.bar is not None:
-            self.bar.close()

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
-from fitting.track.figures import save_png
+from fitting.files import write_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -42,7 +44,7 @@ LAYOUT = {
 }
 
 
-class TensorBoard:
+class TensorBoard(AbstractContextManager):
     """A SummaryWriter on `log_dir`, closed when the `with` block exits. `purge_step` (a resumed
     run): TensorBoard drops what earlier sessions logged at that step or later."""
 
@@ -55,11 +57,8 @@ class TensorBoard:
                                     flush_secs=2)
         self.writer.add_custom_scalars(LAYOUT)
 
-    def __enter__(self) -> TensorBoard:
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.writer.close()
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
         """Log several scalars at `step`, tags as given (e.g. 'loss/train')."""
@@ -102,13 +101,17 @@ class TensorBoard:
         for summary in (hparams_pb(values, trial_id=trial_id(self.log_dir)), end):
             self.writer.file_writer.add_summary(summary)
 
-    def flush(self) -> None:
-        """Write everything logged so far to disk."""
-        self.writer.flush()
 
-    def close(self) -> None:
-        """Flush and close the event file."""
-        self.writer.close()
+def save_png(fig: Figure, path: str | Path) -> np.ndarray:
+    """Render `fig` (Agg, no display), write it to `path` as a PNG; its RGBA pixels (h, w, 4)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    pixels = np.asarray(canvas.buffer_rgba()).copy()
+    write_atomic(path, lambda f: Image.fromarray(pixels).save(f, format="png"))
+    return pixels
 
 
 def trial_id(log_dir: Path) -> str:

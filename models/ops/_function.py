@@ -1,7 +1,5 @@
 """One helper the ops' autograd Functions share so torch.compile can trace them."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch

@@ -15,8 +15,6 @@ built-in pair does (its gradients exactly, and there faster with a heap allocato
 in slices of at most SLICE_BYTES (below the default allocator's mmap threshold).
 """
 
-from __future__ import annotations
-
 import math
 
 import torch
@@ -69,13 +67,9 @@ def _batch_like(part: torch.Tensor, n: int) -> torch.Tensor:
                        memory_format=fmt)
 
 
-def batch_norm_backward_into(
-    y: torch.Tensor,
-    grad_out: torch.Tensor,
-    bn_weight: torch.Tensor | None,
-    mean: torch.Tensor,
-    invstd: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch_norm_backward_into(y: torch.Tensor, grad_out: torch.Tensor,
+                             bn_weight: torch.Tensor | None, mean: torch.Tensor,
+                             invstd: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Training-mode batch norm's backward: overwrite `y` (the conv output BN normalized with
     `mean` and `invstd`) with grad_y; return (grad_y, grad_bn_weight, grad_bn_bias).
 
@@ -100,15 +94,9 @@ def batch_norm_backward_into(
     return y, grad_weight, grad_bias
 
 
-def conv_backward_in_slices(
-    grad_y: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    conv: tuple,
-    need_x: bool,
-    need_w: bool,
-    sliced: bool = True,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def conv_backward_in_slices(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                            conv: tuple, need_x: bool, need_w: bool, sliced: bool = True
+                            ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """aten's convolution_backward (grad_x, grad_w) over batch slices of grad_y (in one call
     unless `sliced`); `conv` is torch.convolution's trailing arguments."""
     mask = [need_x, need_w, False]
@@ -118,9 +106,8 @@ def conv_backward_in_slices(
         return gx, gw
     grad_x = grad_w = None
     for part in parts:
-        gx, gw, _ = torch.ops.aten.convolution_backward(
-            grad_y[part], x[part], weight, None, *conv, mask
-        )
+        gx, gw, _ = torch.ops.aten.convolution_backward(grad_y[part], x[part], weight, None,
+                                                        *conv, mask)
         if need_x:
             if grad_x is None:
                 grad_x = _batch_like(gx, x.shape[0])

@@ -1,9 +1,8 @@
 """Conv2d (no bias) then BatchNorm2d as one autograd op that keeps only its input for backward."""
 
-from __future__ import annotations
-
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from torch.nn.modules.utils import _pair
 
 from ._function import compilable
@@ -35,8 +34,7 @@ class FusedConvBN2dFunction(torch.autograd.Function):
         # arguments with inspect.signature, a third of this op's Python overhead per call.
         y = torch.convolution(x, weight, None, *conv)
         out, save_mean, save_invstd = torch.native_batch_norm(
-            y, bn_weight, bn_bias, running_mean, running_var, True, momentum, eps
-        )
+            y, bn_weight, bn_bias, running_mean, running_var, True, momentum, eps)
         ctx.mark_non_differentiable(save_mean, save_invstd)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, weight, bn_weight, save_mean, save_invstd)
@@ -65,13 +63,11 @@ class FusedConvBN2dFunction(torch.autograd.Function):
         if not sliced or len(batch_slices(y)) == 1:
             mask = [need_x or need_w, need_g, need_b]
             grad_y, grad_g, grad_b = torch.ops.aten.native_batch_norm_backward(
-                grad_out, y, bn_weight, None, None, save_mean, save_invstd, True, ctx.eps, mask
-            )
+                grad_out, y, bn_weight, None, None, save_mean, save_invstd, True, ctx.eps, mask)
             del y  # free the recomputed activation before the conv backward allocates
         else:
-            grad_y, grad_g, grad_b = batch_norm_backward_into(
-                y, grad_out, bn_weight, save_mean, save_invstd
-            )
+            grad_y, grad_g, grad_b = batch_norm_backward_into(y, grad_out, bn_weight, save_mean,
+                                                              save_invstd)
         grad_x = grad_w = None
         if need_x or need_w:
             grad_x, grad_w = conv_backward_in_slices(grad_y, x, weight, ctx.conv, need_x, need_w,
@@ -82,6 +78,7 @@ class FusedConvBN2dFunction(torch.autograd.Function):
 
 _apply = compilable(FusedConvBN2dFunction)
 _NHWC = (1, 3, 2, 0)  # channels_last's dims, innermost first
+Pair = int | tuple[int, int]  # F.conv2d's stride, padding, dilation
 
 
 def _dense(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -114,41 +111,21 @@ def _strided_as(grad: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
     return grad.new_empty_strided(grad.shape, strides).copy_(grad)
 
 
-def conv_bn_reference(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bn_weight: torch.Tensor | None = None,
-    bn_bias: torch.Tensor | None = None,
-    running_mean: torch.Tensor | None = None,
-    running_var: torch.Tensor | None = None,
-    training: bool = False,
-    momentum: float = 0.1,
-    eps: float = 1e-5,
-    stride: int | tuple[int, int] = 1,
-    padding: int | tuple[int, int] | str = 0,
-    dilation: int | tuple[int, int] = 1,
-    groups: int = 1,
-) -> torch.Tensor:
+def conv_bn_reference(x: Tensor, weight: Tensor, bn_weight: Tensor | None = None,
+                      bn_bias: Tensor | None = None, running_mean: Tensor | None = None,
+                      running_var: Tensor | None = None, training: bool = False,
+                      momentum: float = 0.1, eps: float = 1e-5, stride: Pair = 1,
+                      padding: Pair | str = 0, dilation: Pair = 1, groups: int = 1) -> Tensor:
     """F.conv2d (no bias) then F.batch_norm: fused_conv_bn2d's twin, with its signature."""
     y = F.conv2d(x, weight, None, stride, padding, dilation, groups)
     return F.batch_norm(y, running_mean, running_var, bn_weight, bn_bias, training, momentum, eps)
 
 
-def fused_conv_bn2d(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bn_weight: torch.Tensor | None = None,
-    bn_bias: torch.Tensor | None = None,
-    running_mean: torch.Tensor | None = None,
-    running_var: torch.Tensor | None = None,
-    training: bool = False,
-    momentum: float = 0.1,
-    eps: float = 1e-5,
-    stride: int | tuple[int, int] = 1,
-    padding: int | tuple[int, int] | str = 0,
-    dilation: int | tuple[int, int] = 1,
-    groups: int = 1,
-) -> torch.Tensor:
+def fused_conv_bn2d(x: Tensor, weight: Tensor, bn_weight: Tensor | None = None,
+                    bn_bias: Tensor | None = None, running_mean: Tensor | None = None,
+                    running_var: Tensor | None = None, training: bool = False,
+                    momentum: float = 0.1, eps: float = 1e-5, stride: Pair = 1,
+                    padding: Pair | str = 0, dilation: Pair = 1, groups: int = 1) -> Tensor:
     """batch_norm(conv2d(x, weight), ...) with F.conv2d/F.batch_norm's arguments and results;
     in training, one op that recomputes the conv in backward instead of saving its output."""
     x, weight, bn_weight, bn_bias = (_dense(t) for t in (x, weight, bn_weight, bn_bias))
@@ -172,11 +149,8 @@ def fused_conv_bn2d(
         total = [0, 0] if padding == "valid" else total
         x = F.pad(x, (0, total[1] % 2, 0, total[0] % 2))
         padding = [t // 2 for t in total]
-    out_hw = [
-        (size + 2 * p - d * (k - 1) - 1) // s + 1
-        for size, p, d, k, s in zip(x.shape[2:], _pair(padding), dilation, weight.shape[2:],
-                                    stride, strict=True)
-    ]
+    out_hw = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s in zip(
+        x.shape[2:], _pair(padding), dilation, weight.shape[2:], stride, strict=True)]
     if x.shape[0] * out_hw[0] * out_hw[1] == 1:
         # native_batch_norm would divide by zero; F.batch_norm refuses it with this message.
         raise ValueError("Expected more than 1 value per channel when training, got input "

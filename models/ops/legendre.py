@@ -1,7 +1,5 @@
 """P3(x) = ½(5x³ − 3x), the Legendre polynomial of degree 3, as a custom autograd op."""
 
-from __future__ import annotations
-
 import torch
 
 from ._function import compilable

@@ -1,7 +1,5 @@
 """y = x Wᵀ + b over any leading batch dims, as a custom autograd op."""
 
-from __future__ import annotations
-
 import torch
 
 from ._function import compilable
@@ -52,8 +50,6 @@ class LinearFn(torch.autograd.Function):
 _apply = compilable(LinearFn)
 
 
-def linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T + bias over any leading dims, like F.linear (its twin), through LinearFn."""
     return _apply(x, weight, bias)

@@ -1,7 +1,5 @@
 """Count the bytes autograd saves for backward, each storage once."""
 
-from __future__ import annotations
-
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,10 +14,6 @@ class SavedBytes:
 
     bytes: int = 0
     tensors: int = 0
-
-
-def _identity(t: torch.Tensor) -> torch.Tensor:
-    return t
 
 
 @contextmanager
@@ -47,5 +41,5 @@ def saved_tensor_bytes() -> Iterator[SavedBytes]:
             saved.bytes += storage.nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, _identity):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         yield saved

@@ -5,8 +5,6 @@ layer after it (Linear, conv, max-pool) saves the same tensor, and a storage is 
 `relu_masked` pays off where nothing after it saves the output; elsewhere its mask comes on top.
 """
 
-from __future__ import annotations
-
 import torch
 
 from ._function import compilable
@@ -39,14 +37,8 @@ class ReLUFn(torch.autograd.Function):
         return torch.ops.aten.threshold_backward(x_tangent, out, 0)
 
 
-class ReLUMaskedFn(torch.autograd.Function):
-    """max(x, 0); saves `out != 0` as a 1-byte mask (¼ of float32's bytes) for backward."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return x.clamp_min(0)
+class ReLUMaskedFn(ReLUFn):
+    """ReLUFn's forward; saves `out != 0` as a 1-byte mask (¼ of float32's bytes) for backward."""
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:

@@ -24,18 +24,21 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 class Closure:
-    """The loop's Closure, as its contract says: zero grads, forward, loss, backward; and the
-    residuals, at the model's parameters or at {name: tensor} by torch.func.functional_call."""
+    """The loop's Closure, as its contract says: zero grads, forward, loss, backward; the loss of
+    residuals (reduce); and the residuals, at the model's parameters or at {name: tensor} by
+    torch.func.functional_call."""
 
     def __init__(self, task, optimizer, batch):
         self.task, self.optimizer, self.batch, self.reduction = task, optimizer, batch, task.reduction
 
     def __call__(self) -> torch.Tensor:
         self.optimizer.zero_grad()
-        sq = self.residuals().square()
-        loss = sq.sum() if self.reduction == "sum" else sq.mean()
+        loss = self.reduce(self.residuals())
         loss.backward()
         return loss
+
+    def reduce(self, r: torch.Tensor) -> torch.Tensor:
+        return r.square().sum() if self.reduction == "sum" else r.square().mean()
 
     def residuals(self, params=None) -> torch.Tensor:
         model = self.task.model

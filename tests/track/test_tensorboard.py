@@ -107,11 +107,11 @@ def test_figure_is_saved_as_png_and_logged(tmp_path):
 
 def test_a_failed_png_write_leaves_the_previous_png_and_no_tmp(tmp_path, monkeypatch):
     from fitting import files
-    from fitting.track import figures
+    from fitting.track.tensorboard import save_png
 
     fig = Figure(figsize=(1, 1))
     png = tmp_path / "fit.png"
-    figures.save_png(fig, png)
+    save_png(fig, png)
     before = png.read_bytes()
 
     def full_disk(src, dst):
@@ -119,6 +119,6 @@ def test_a_failed_png_write_leaves_the_previous_png_and_no_tmp(tmp_path, monkeyp
 
     monkeypatch.setattr(files.os, "replace", full_disk)
     with pytest.raises(OSError, match="No space"):
-        figures.save_png(fig, png)
+        save_png(fig, png)
     assert png.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["fit.png"]

@@ -1,7 +1,5 @@
 """x³ with exact double backward: the derivative 3x² is an extra output (the MyCube pattern)."""
 
-from __future__ import annotations
-
 import torch
 
 

@@ -1,7 +1,5 @@
 """x · c for a Python number c: an op with a non-tensor argument."""
 
-from __future__ import annotations
-
 import torch
 
 

@@ -1,7 +1,5 @@
 """`once_differentiable` for a hand-written backward, with public autograd APIs only."""
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Callable
 from typing import Any

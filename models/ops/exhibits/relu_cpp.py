@@ -7,8 +7,6 @@ runs on the first call (20-50 s on 2 cores; later runs reuse torch's extension c
 a C++ compiler and ninja. CPU only; forward-mode AD gets no tangent (no jvp is registered).
 """
 
-from __future__ import annotations
-
 import os
 import shutil
 import sys

@@ -1,7 +1,5 @@
 """ScalarTensor: an N×N scaled identity that torch functions accept via __torch_function__."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch
