@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fitting.checkpoint import Checkpoint, restore
@@ -84,13 +84,12 @@ def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> d
     with _as_config_error():
         for slot, choice in choices.items():
             ops[slot] = resolve(slot, choice, f"ops.{slot}={describe(choice)}")
-        optimizer = get_class(cfg.optimizer._target_)
     for slot, choice in choices.items():
         if choice not in ("custom", "builtin"):
             try:
                 precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,
                          key=f"ops.{slot}={describe(choice)}",
-                         uses=uses(optimizer, cfg.compile))
+                         uses=uses(_name(cfg.optimizer), cfg.compile))
             except OpRefused as err:  # its one line whole: it ends with the card's command
                 raise ConfigError(str(err)) from None
     return ops

@@ -1,6 +1,6 @@
-"""The op slots, in one place: for each, our op, its built-in twin, the task whose model calls it
-and the inputs it is called with. The config (ops.*), the app (its ops and their pre-check),
-the card and the tests all read SLOTS.
+"""The op slots, in one place: for each, our op, its built-in twin, the layer that calls it, the
+task whose model does, the inputs it is called with; and which uses each optimizer makes of the
+ops. The config (ops.*), the app (its ops and their pre-check), the card and the tests read it.
 
 A slot's choice is `custom` (ours), `builtin` (the twin), `<module>:<name>` (pkgutil.resolve_name,
 from the current dir or PYTHONPATH) or Hydra's `{_target_: <module>.<name>, _partial_: true, ...}`;
@@ -22,6 +22,8 @@ import torch.nn.functional as F
 
 import models.ops
 from fitting.boundary import CannotRun, guarded
+from models.layers import Activation, FusedConvBN2d, Linear
+from models.poly3 import Poly3
 
 # label, args, kwargs, must (else a difference there is a note: inputs no model passes)
 Sample = tuple[str, tuple, dict, bool]
@@ -35,10 +37,11 @@ class OpRefused(ValueError):
 
 @dataclass(frozen=True)
 class Slot:
-    """One op slot: ours, its twin, its task and its sample inputs (requires_grad: trains)."""
+    """One op slot: ours, its twin, who calls it and its sample inputs (requires_grad: trains)."""
 
     ours: Callable
     twin: Callable
+    layer: type  # the module that calls it
     task: str  # conf/task/<task>.yaml: the smallest task whose model calls it (the card trains it)
     samples: Callable[..., list[Sample]]  # (dtype, device, big=False): big, the model's size
 
@@ -90,21 +93,26 @@ def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
 
 
 SLOTS: dict[str, Slot] = {
-    "linear": Slot(models.ops.linear, F.linear, "mlp", _linear_samples),
-    "activation": Slot(models.ops.relu, torch.relu, "mlp", _elementwise(
+    "linear": Slot(models.ops.linear, F.linear, Linear, "mlp", _linear_samples),
+    "activation": Slot(models.ops.relu, torch.relu, Activation, "mlp", _elementwise(
         {"x, as the mlp calls it": (4, 8), "x 4-D, as in the cnn": (2, 3, 4, 4)},
         {"x (256, 64), as the mlp calls it": (256, 64)})),
-    "conv_bn": Slot(models.ops.fused_conv_bn2d, models.ops.conv_bn_reference, "cnn",
-                    _conv_bn_samples),
-    "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, "poly3",
-                        _elementwise({"x, as poly3 calls it": (16,)},
-                                     {"x (2000,), as poly3 calls it": (2000,)})),
+    "conv_bn": Slot(models.ops.fused_conv_bn2d, models.ops.conv_bn_reference, FusedConvBN2d,
+                    "cnn", _conv_bn_samples),
+    "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, Poly3,
+                        "poly3", _elementwise({"x, as poly3 calls it": (16,)},
+                                              {"x (2000,), as poly3 calls it": (2000,)})),
 }
+# What an optimizer computes through the ops beyond training's forward and gradient: newton a
+# Hessian by double backward, lm a Jacobian by forward AD (or by double backward where an op
+# has no jvp). compile=true adds "compiles".
+USES = {"gd": (), "sgd": (), "adam": (), "lbfgs": (), "newton": ("second_order",),
+        "lm": ("forward_ad",)}
 
 
-def uses(optimizer: type, compiled: bool = False) -> tuple[str, ...]:
-    """The uses a run makes of its ops: training, what its optimizer class `needs`, compiles."""
-    return ("training", *getattr(optimizer, "needs", ()), *(("compiles",) if compiled else ()))
+def uses(optimizer: str, compiled: bool = False) -> tuple[str, ...]:
+    """The uses a run makes of its ops: training, what `optimizer` (a name) needs, compiles."""
+    return ("training", *USES.get(optimizer, ()), *(("compiles",) if compiled else ()))
 
 
 def op(slot: str, choice: Any) -> Callable:

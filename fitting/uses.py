@@ -177,22 +177,30 @@ def forward_ad(case: Case, backend: str = "") -> list[Finding]:
 
 
 def compiles(case: Case, backend: str = "aot_eager") -> list[Finding]:
-    """torch.compile(fullgraph=True): outputs and gradients as eager's."""
-    parts, what = case.parts(), f"torch.compile(fullgraph=True, backend={backend})"
-    torch.compiler.reset()
-    try:
-        with guarded():
-            got = run_op(torch.compile(case.fn, fullgraph=True, backend=backend), parts)
-    finally:
+    """torch.compile: outputs and gradients as eager's; a graph break (fullgraph=True fails,
+    torch.compile as compile=true runs it works) is a note."""
+    parts, found = case.parts(), []
+    for fullgraph in (True, False):
+        what = f"torch.compile(fullgraph={fullgraph}, backend={backend})"
         torch.compiler.reset()
-    if got.error and isinstance(got.error[1], CannotRun):
-        raise CannotRun(f"compiled, {got.error[0]}: {got.error[1]}")
+        try:
+            with guarded():
+                got = run_op(torch.compile(case.fn, fullgraph=fullgraph, backend=backend), parts)
+        finally:
+            torch.compiler.reset()
+        if got.error and isinstance(got.error[1], CannotRun):
+            raise CannotRun(f"compiled, {got.error[0]}: {got.error[1]}")
+        if not got.error:
+            break
+        found.append(("unsupported" if fullgraph is False else "note",
+                      f"{what}: {line(got.error[1])}"))
     if got.error:
-        return [("unsupported", f"{what}: {line(got.error[1])}")]
+        return found[1:]
     bad = [t for s, t in compare_runs(case.fn, parts, got, run_op(case.fn, parts), case.tol)
            if s == "wrong"]
     return [("wrong", f"{what} differs from eager: {bad[0]}") if bad
-            else ("pass", f"{what} as eager")]
+            else ("pass", f"{what} as eager"), *(("note", f"a graph break: {t}")
+                                                for _, t in found)]
 
 
 def library_opcheck(fn: Callable, sample: Sample) -> Finding:

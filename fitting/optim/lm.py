@@ -24,7 +24,6 @@ class LM(Damped):
     """
 
     name = "lm"
-    needs = ("forward_ad",)
 
     def __init__(self, params: Iterable[Any], *, damping: float, scaling: str, max_tries: int,
                  max_params: int, max_jacobian_numel: int, ftol: float | None) -> None:

@@ -81,7 +81,6 @@ class Newton(Damped):
     """
 
     name = "newton"
-    needs = ("second_order",)
 
     def __init__(self, params: Iterable[Any], *, damping: float, min_damping: float,
                  factor: float, max_tries: int, max_params: int, ftol: float | None) -> None:

@@ -123,12 +123,6 @@ def trial_id(log_dir: Path) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def grad_norm(params: Iterable[torch.Tensor]) -> float:
-    """The 2-norm of all gradients taken together (0.0 when there is none)."""
-    grads = [torch.linalg.vector_norm(p.grad.detach()) for p in params if p.grad is not None]
-    return torch.linalg.vector_norm(torch.stack(grads)).item() if grads else 0.0
-
-
 def norms(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, float]:
     """'params/<name>' of each scalar parameter (poly3's a, b, c, d); 'norms/weight/<name>' and
     'norms/grad/<name>' of the others. One device sync for all."""

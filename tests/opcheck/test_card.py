@@ -188,12 +188,19 @@ def test_messages_use_the_forwards_own_parameter_names(capsys):
     assert "args[" not in out
 
 
-def test_a_compile_failure_names_its_first_real_cause(capsys):
+def test_a_graph_break_is_a_note_naming_its_first_real_cause(capsys):
     code, out = card(capsys, "activation", U + "relu_item", compile=True)
-    assert code == 0, out
-    compiles = row(out, "compiles")
-    assert "unsupported" in compiles and "x.sum().item()" in compiles
-    assert "Observed exception" not in compiles
+    assert code == 0 and status(out, "compiles") == "note", out
+    said = out.split("\ncompiles", 1)[1].split("\ntorch.library", 1)[0]
+    assert "a graph break: torch.compile(fullgraph=True" in said and "x.sum().item()" in said
+    assert "Observed exception" not in said
+
+
+def test_an_op_that_does_not_compile_at_all_is_unsupported(capsys):
+    code, out = card(capsys, "activation", U + "relu_no_fake", compile=True)
+    assert status(out, "compiles") == "unsupported", out
+    assert code == 1 and status(out, "torch.library") == "wrong", out  # its fake tensor test
+    assert "fullgraph=False" in row(out, "compiles") and "no fake impl" in row(out, "compiles")
 
 
 def test_an_op_with_arguments_takes_hydras_syntax(capsys):

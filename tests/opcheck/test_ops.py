@@ -112,9 +112,12 @@ def test_the_precheck_refuses_what_the_optimizer_needs_and_the_op_lacks():
 
 def test_the_precheck_runs_the_compiles_row_for_a_compiled_run():
     precheck("activation", MyReLU.apply, device="cpu", dtype=torch.float32, uses=("training",))
+    # a graph break is a note: compile=true runs the op with it
+    precheck("activation", user_ops.relu_item, device="cpu", dtype=torch.float32,
+             uses=("training", "compiles"))
     with pytest.raises(OpRefused, match="unsupported for compiles: torch.compile.*; compile=true "
                                         "needs it"):
-        precheck("activation", user_ops.relu_item, device="cpu", dtype=torch.float32,
+        precheck("activation", user_ops.relu_no_fake, device="cpu", dtype=torch.float32,
                  uses=("training", "compiles"))
 
 

@@ -145,10 +145,21 @@ def layer_norm_samples():
 
 
 def relu_item(x):
-    """Data-dependent Python control flow: no full graph for torch.compile."""
+    """Data-dependent Python control flow: no full graph for torch.compile (a graph break)."""
     if x.sum().item() > 1e9:
         return x
     return torch.relu(x)
+
+
+@torch.library.custom_op("opcheck_tests::relu_no_fake", mutates_args=())
+def relu_no_fake(x: torch.Tensor) -> torch.Tensor:
+    """A torch.library op without register_fake: torch.compile cannot trace it at all."""
+    return torch.relu(x)
+
+
+relu_no_fake.register_autograd(lambda ctx, g: g * (ctx.saved_tensors[0] > 0),
+                               setup_context=lambda ctx, inputs, output:
+                               ctx.save_for_backward(inputs[0]))
 
 
 # Hostile ops: each fails to return in its own way; the card and the app say so in one line,

@@ -11,8 +11,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from fitting.optim import GD, LM, Newton
-from fitting.slots import SLOTS
+from fitting.optim import GD
+from fitting.slots import SLOTS, USES
 from fitting.tasks import Poly3Task
 from fitting.tasks.optimum import TUTORIAL_OPTIMUM_LOSS
 from models.ops import legendre_p3, legendre_p3_reference
@@ -131,7 +131,7 @@ def test_newton_keeps_its_damping_in_the_state_dict():
 
 
 def test_newton_and_lm_say_what_the_pre_check_must_check():
-    assert (Newton.needs, LM.needs) == (("second_order",), ("forward_ad",))
+    assert (USES["newton"], USES["lm"]) == (("second_order",), ("forward_ad",))
 
 
 @pytest.mark.parametrize("name", ["newton", "lm"])
