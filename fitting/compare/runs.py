@@ -207,10 +207,14 @@ def terminal_table(runs: list[Run], width: int = 100) -> str:
     from tabulate import tabulate
 
     slots, refs = differing(runs), {id(r.reference) for r in runs}
+    if slots and all(r.ops.get(s, "impl") in ("impl", r.config.get("impl")) for r in runs
+                     for s in slots):
+        slots = ["impl"]  # every slot that differs follows impl=: one column says it
     same = set.intersection(*(set(r.overrides) for r in runs))
     rows = [[" ".join([job(run), *(shown(o) for o in run.overrides if o not in same and not
                                    re.match(r"[+~]?(ops\.|impl=)", o))]),
-             *(shown(re.sub(r"^(\w+\.)+(?=\w+\()", "", run.ops.get(s, ""))) for s in slots),
+             *(shown(re.sub(r"^(\w+\.)+(?=\w+\()", "", run.config.get("impl", "") if s == "impl"
+                            else run.ops.get(s, ""))) for s in slots),
              *_numbers(run, refs)] for run in runs]
     header = ["job", *slots, "final\nloss", "Δ vs\nref", "step\nms", "×\nref", "saved\nbytes",
               "status"]  # two lines: tabulate pads a header by two

@@ -67,3 +67,16 @@ def test_two_versions_of_a_users_op_are_two_ops(tmp_path):
     md = (tmp_path / "compare.md").read_text()
     assert f"- activation={v1} [#0 #3] vs builtin [#2 #5]: identical" in md
     assert f"- activation={v2} [#1 #4] vs builtin [#2 #5]: " in md
+
+
+def test_a_sweep_over_impl_shows_one_impl_column(tmp_path):
+    job = 0  # `-m task=poly3,mlp,cnn impl=custom,builtin`: every slot follows impl=
+    for task in ("poly3", "mlp", "cnn"):
+        for impl in ("custom", "builtin"):
+            write_run(tmp_path / f"{job}_impl={impl},task={task}", task=task, impl=impl,
+                      losses=LOSSES * (1 + job))
+            job += 1
+    lines = report.report(str(tmp_path)).splitlines()
+    assert lines[0].split()[:2] == ["job", "impl"] and max(map(len, lines)) <= 100
+    for job, impl in enumerate(["custom", "builtin"] * 3):
+        assert any(line.startswith(f"#{job} ") and f" {impl} " in line for line in lines), lines
