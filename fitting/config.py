@@ -117,6 +117,7 @@ def register() -> None:
         # --help's choices: the names of conf/<group>/*.yaml
         "options": lambda group: "|".join(
             sorted(p.stem for p in (REPO_ROOT / "conf" / group).glob("*.yaml"))),
+        "slots": lambda: ", ".join(SLOTS),  # --help's op slots: the registry's
         # job dir names as typed, without Hydra's escapes (my_ops\:relu)
         "unescaped": lambda name: re.sub(r"\\(.)", r"\1", name)}
     for name, fn in resolvers.items():
