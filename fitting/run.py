@@ -80,16 +80,16 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
 def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     """The model's op in each slot (cfg.task.ops, built by Hydra through fitting.slots.op), a
     user's op pre-checked for the uses this run makes of it; ConfigError if one is refused."""
-    ops, choices = {}, {slot: _choice(cfg, slot) for slot in cfg.task.ops}
-    with _as_config_error():
-        for slot, choice in choices.items():
-            ops[slot] = resolve(slot, choice, f"ops.{slot}={describe(choice)}")
-    for slot, choice in choices.items():
+    ops, needs = {}, uses(_name(cfg.optimizer), cfg.compile)
+    for slot in cfg.task.ops:
+        choice = _choice(cfg, slot)
+        key = f"ops.{slot}={describe(choice)}"
+        with _as_config_error():
+            ops[slot] = resolve(slot, choice, key)
         if choice not in ("custom", "builtin"):
             try:
-                precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,
-                         key=f"ops.{slot}={describe(choice)}",
-                         uses=uses(_name(cfg.optimizer), cfg.compile))
+                precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice, key=key,
+                         uses=needs)
             except OpRefused as err:  # its one line whole: it ends with the card's command
                 raise ConfigError(str(err)) from None
     return ops
