@@ -4,6 +4,10 @@ import os
 import signal
 import sys
 
+# Before torch loads: its profiler's USDT lines (profile=true) and the CPU allocator's warning
+# under the profiler (log.memory_every) say nothing to a user; a user's own setting wins.
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # USDT lines are level 5
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 SWEEP = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])
 
 

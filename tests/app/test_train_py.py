@@ -3,6 +3,7 @@ process stopped by SIGTERM that resumes bit-identical."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,10 +77,21 @@ def test_sigterm_checkpoints_and_the_resumed_run_ends_bit_identical(tmp_path):
     assert os.path.getsize(out / ".hydra" / "overrides.yaml") > 0
 
 
-def test_a_sweeps_jobs_leave_the_tensorboard_line_to_its_end(tmp_path, train_cli):
+def test_a_sweep_prints_a_line_per_job_start_and_end_and_the_tensorboard_line_at_its_end(
+        tmp_path, train_cli):
     done = train_cli("-m", "steps=3", "impl=custom,builtin", f"hydra.sweep.dir={tmp_path}")
-    assert done.returncode == 0 and done.stdout.count("run dir: ") == 2
-    table = [line for line in done.stdout.splitlines() if line.endswith("  completed")]
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[0] == (  # nothing of Hydra's, no progress lines
+        f"job 1 of 2: steps=3 impl=custom; run dir: {tmp_path}/0_impl=custom,steps=3")
+    assert re.fullmatch(r"job 1 of 2 ended: completed, final loss [\d.e+-]+; "
+                        r"\d\d:\d\d left in the sweep", lines[1])
+    assert lines[2] == f"job 2 of 2: steps=3 impl=builtin; run dir: {tmp_path}/1_impl=builtin,steps=3"
+    assert re.fullmatch(r"job 2 of 2 ended: completed, final loss [\d.e+-]+", lines[3])
+    # The job's own lines, with their [date][logger][level] prefix, in its log file only.
+    log = (tmp_path / "0_impl=custom,steps=3" / "train.log").read_text().splitlines()
+    assert re.match(r"\[[-\d :,]+\]\[fitting.run\]\[INFO\] - task=poly3 ", log[0])
+    assert any("3/3 steps (100%)" in line for line in log)
+    table = [line for line in lines if line.endswith("  completed")]
     assert "Result:" not in done.stdout and len(table) == 2  # the table
     assert done.stdout.count("tensorboard --logdir") == 1
     assert done.stdout.rstrip().endswith(f"tensorboard --logdir {tmp_path}")

@@ -16,7 +16,7 @@ from torch.utils.tensorboard.summary import hparams
 
 from fitting.slots import SLOTS
 from fitting.slots import describe as describe_op
-from fitting.track.tensorboard import trial_id
+from fitting.track.tensorboard import hparam_values, trial_id
 
 TASK_SLOTS = {"mlp": ("linear", "activation"), "cnn": ("conv_bn", "activation", "linear"),
               "poly3": ("legendre_p3",)}
@@ -52,9 +52,8 @@ def write_run(run_dir: str | bytes | os.PathLike, *, status: str | None = "compl
     # SummaryWriter opens only UTF-8 paths: write elsewhere and move the file in.
     tmp = os.path.join(os.path.dirname(run_dir) or ".", ".events")
     with SummaryWriter(tmp) as writer:
-        values = {f"ops.{slot}": text for slot, text in ops.items()}
         # The session alone, as fitting.track writes it: the experiment is the sweep's end's.
-        values["run"] = f"lr={lr} seed={seed}"
+        values = hparam_values(config, ops, overrides)
         _, _, end = hparams(values, {})
         trial = trial_id(Path(run_dir.encode("utf-8", "replace").decode()))  # TensorBoard's
         for summary in (hparams_pb(values, trial_id=trial), end):
