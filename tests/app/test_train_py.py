@@ -95,3 +95,18 @@ def test_a_sweep_prints_a_line_per_job_start_and_end_and_the_tensorboard_line_at
     assert "Result:" not in done.stdout and len(table) == 2  # the table
     assert done.stdout.count("tensorboard --logdir") == 1
     assert done.stdout.rstrip().endswith(f"tensorboard --logdir {tmp_path}")
+
+
+def test_a_run_names_its_dir_first_and_its_console_has_no_prefix_nor_profiler_lines(tmp_path):
+    """profile=true and CPU memory peaks run torch's profiler: its USDT lines and the CPU
+    allocator's warning (C++ output, so a real process) are not shown."""
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, TRAIN, "task=mlp", "steps=6", "profile=true", "log.memory_every=2",
+         f"hydra.run.dir={out}"], cwd=REPO, env=user_env(), capture_output=True, text=True,
+        timeout=300)
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode == 0 and done.stdout.startswith(f"run dir: {out}\n")
+    assert [line for line in lines if re.match(r"\[|USDT|STAGE|\[W", line)
+            or "CPUAllocator" in line] == []
+    assert any(line.startswith("profile of steps 2-4: ") for line in lines)
