@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 # The HParams table's metric columns (each tag's last value), in the experiment that
-# fitting.compare's callback writes into a sweep's dir.
-METRICS = ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
+# fitting.compare's callback writes into a sweep's dir. Its table shows about 5 hparam and
+# metric columns in a 1366 px window: not loss/val (Time Series has it).
+METRICS = ("loss/train", "time/step_ms_median", "memory/saved_bytes")
 # What fitting.compare's difference runs log: mine − reference of loss/train.
 DIFF_TAG = "loss/train_diff"
 # log10 of loss/train: its decades apart on TensorBoard's linear axis, beside loss/train.
@@ -110,7 +111,7 @@ def hparam_values(config: Mapping[str, Any], ops: Mapping[str, str],
     (`ops.<slot>`: its text) and every other command-line override (`task.width`: '64')."""
     values: dict[str, str | float] = {
         "task": _short(config["task"]), "optimizer": _short(config["optimizer"]),
-        "seed": float(config["seed"]), **{f"ops.{slot}": text for slot, text in ops.items()}}
+        "seed": str(config["seed"]), **{f"ops.{slot}": text for slot, text in ops.items()}}
     if config["optimizer"].get("lr") is not None:
         values["lr"] = float(config["optimizer"]["lr"])
     for override in overrides:

@@ -65,22 +65,22 @@ def experiment_of(run_dir) -> list[tuple[str, bool, list]]:
     experiment = metadata.parse_experiment_plugin_data(content)
     assert [m.name.tag for m in experiment.metric_infos] == list(callback.METRICS)
     assert [m.display_name for m in experiment.metric_infos] == [
-        "loss", "val loss", "step ms", "saved B"]
+        "loss", "step ms", "saved B"]
     return [(h.name, h.differs, [MessageToDict(v) for v in h.domain_discrete.values])
             for h in experiment.hparam_infos]
 
 
-def test_hparams_columns_are_what_varies_and_the_tasks_op_slots_each_with_its_domain(
+def test_hparams_columns_are_what_varies_each_with_its_domain(
         tmp_path, capsys):
-    """Parallel coordinates draws only columns with a domain; no column of another task."""
+    """Parallel coordinates draws only columns with a domain; a 1366 px window shows about 5
+    columns: none for what is the same in every job, nor for another task's op slots."""
     for seed in (0, 1):
         write_run(tmp_path / f"{2 * seed}_a=custom,seed={seed}", seed=seed)
         write_run(tmp_path / f"{2 * seed + 1}_a=builtin,seed={seed}", seed=seed,
                   activation="builtin")
     end_of_sweep(tmp_path, capsys)
     assert experiment_of(tmp_path / "0_a=custom,seed=0") == [
-        ("ops.activation", True, ["builtin", "custom"]), ("seed", True, [0.0, 1.0]),
-        ("ops.linear", False, ["custom"])]
+        ("ops.activation", True, ["builtin", "custom"]), ("seed", True, ["0", "1"])]
 
 
 def test_the_optimizer_is_a_column_where_a_sweep_varies_it(tmp_path, capsys):
@@ -91,8 +91,15 @@ def test_the_optimizer_is_a_column_where_a_sweep_varies_it(tmp_path, capsys):
                                                      f"torch.optim.{optimizer}"))
     end_of_sweep(tmp_path, capsys)
     assert experiment_of(tmp_path / "0_optimizer=adam") == [
-        ("lr", True, [0.001, 1.0]), ("optimizer", True, ["adam", "lbfgs"]),
-        ("ops.legendre_p3", False, ["custom"])]
+        ("lr", True, [0.001, 1.0]), ("optimizer", True, ["adam", "lbfgs"])]
+
+
+def test_a_sweep_of_one_job_shows_its_op_slots(tmp_path, capsys):
+    write_run(tmp_path / "0_task=cnn", task="cnn")
+    end_of_sweep(tmp_path, capsys)
+    assert experiment_of(tmp_path / "0_task=cnn") == [
+        ("ops.activation", False, ["custom"]), ("ops.conv_bn", False, ["custom"]),
+        ("ops.linear", False, ["custom"])]
 
 
 @pytest.mark.slow
@@ -109,10 +116,9 @@ def test_tensorboard_serves_each_column_with_its_domain_and_short_trial_ids(tmp_
         experiment = post_json(base + "data/plugin/hparams/experiment", {"experimentName": ""})
         columns, rows = hparams_table(base)
     assert all(h["domainDiscrete"] for h in experiment["hparamInfos"])
-    assert columns == ["ops.activation", "ops.linear"]
+    assert columns == ["ops.activation"]
     assert {trial: {c: row[c] for c in columns} for trial, row in rows.items()} == {
-                    "21-05-33 #0": {"ops.linear": "custom", "ops.activation": "custom"},
-                    "21-05-33 #1": {"ops.linear": "custom", "ops.activation": "builtin"}}
+        "21-05-33 #0": {"ops.activation": "custom"}, "21-05-33 #1": {"ops.activation": "builtin"}}
 
 
 def test_the_metric_columns_are_the_ones_track_logs():
