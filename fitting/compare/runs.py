@@ -13,7 +13,7 @@ import yaml
 
 from fitting.files import replace_dir
 
-DIFF_TAG = "loss/train_diff"
+DIFF_TAG = "loss/diff_train"  # sorts first in Time Series' loss group
 DONE = ("completed", "converged")  # results.json's statuses of a job that ran to its end
 # Every scalar; one image and histogram per tag (reading them is the cost, keeping them memory).
 SIZE_GUIDANCE = {"scalars": 0, "images": 1, "histograms": 1, "compressedHistograms": 1}

@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 # fitting.compare's callback writes into a sweep's dir. Its table shows about 5 hparam and
 # metric columns in a 1366 px window: not loss/val (Time Series has it).
 METRICS = ("loss/train", "time/step_ms_median", "memory/saved_bytes")
-# What fitting.compare's difference runs log: mine − reference of loss/train.
-DIFF_TAG = "loss/train_diff"
+# What fitting.compare's difference runs log: mine − reference of loss/train. Time Series
+# shows a group's cards by name: it, then the log10, then loss/train and loss/val.
+DIFF_TAG = "loss/diff_train"
 # log10 of loss/train: its decades apart on TensorBoard's linear axis, beside loss/train.
-LOG10_TAG = "loss/train_log10"
+LOG10_TAG = "loss/log10_train"
 # Not the opt-in memory/peak_bytes: an empty chart would read as "missing" in every run.
 COST_TAGS = ("time/step_ms", "time/step_ms_median", "memory/saved_bytes", "memory/peak_rss_bytes")
 
