@@ -18,6 +18,8 @@ from tests.train.helpers import go, same_weights
 @pytest.mark.parametrize("args, message", [
     (["steps=0"], "steps must be >= 1, got 0"),
     (["+foo=1"], "unknown key foo"),
+    (["task=mlp", "step=500"], "unknown key step: did you mean steps?"),  # not Hydra's +step=
+    (["log.evry=5"], "unknown key log.evry: did you mean log.every?"),
     (["task=mlp", "task.hidden=[64,0]"], "task.hidden must be"),
     (["ops.legendre_p3=no_such_module:fn"], "No module named"),
     (["task=mlp", "task.target=" + "x" * 200_000], "task.target must be"),
