@@ -4,10 +4,6 @@ import os
 import signal
 import sys
 
-# Before torch loads: its profiler's USDT lines (profile=true) and the CPU allocator's warning
-# under the profiler (log.memory_every) say nothing to a user; a user's own setting wins.
-os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # USDT lines are level 5
-os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 SWEEP = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])
 
 
@@ -28,7 +24,7 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from fitting.config import ConfigError  # noqa: E402  (registers the schema before Hydra composes)
+from fitting.config import Config, ConfigError  # noqa: E402  (registers the schema before Hydra composes)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -60,19 +56,16 @@ def misspelled(args: list[str]) -> str | None:
 
     from omegaconf import OmegaConf
 
-    from fitting.config import Config
-
     for key in (a.partition("=")[0] for a in args if "=" in a and a[0] not in "+~-"):
-        node, done = OmegaConf.structured(Config), []
+        node, done = OmegaConf.structured(Config), ""
         for part in key.split("."):
             if part not in (keys := [str(k) for k in node.keys()]):
                 close = get_close_matches(part, keys, n=1)
-                hint = (f": did you mean {'.'.join([*done, *close])}?" if close
-                        else " (python train.py --help lists the keys)")
-                return f"unknown key {key}{hint}"
+                return f"unknown key {key}" + (f": did you mean {done}{close[0]}?" if close else
+                                               " (python train.py --help lists the keys)")
             if OmegaConf.is_missing(node, part) or not OmegaConf.is_dict(node[part]):
                 break
-            node, done = node[part], [*done, part]
+            node, done = node[part], f"{done}{part}."
     return None
 
 

@@ -178,7 +178,7 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
         with torch.random.fork_rng():  # the end's figure draws nothing a continuation would
             fig, summary = evaluate(task, tb, state, state.step, True, True), \
                 task.summary(task.model)
-        tb.hparams(hparam_values(cfg, info["ops"], info["overrides"]))
+        tb.hparams(hparam_values(info, cfg, info["overrides"]))
         save("converged" if state.converged else "completed", summary)
     except NonFinite as err:
         save("diverged")  # found on a logged step: the weights may be non-finite already

@@ -94,8 +94,8 @@ def write_experiment(runs: list) -> None:
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     seen: dict[str, set] = {}
-    for run in (run for run in runs if run.config and run.result):  # the runs with a row
-        for name, value in hparam_values(run.config, run.ops, run.overrides).items():
+    for run in (run for run in runs if run.config and "ops" in run.result):  # those with a row
+        for name, value in hparam_values(run.result, run.config, run.overrides).items():
             seen.setdefault(name, set()).add(value)
     # What varies only (else the op slots): a 1366 px window shows about 5 columns of the table.
     # HParamInfo.differs, which the hparams api cannot set: TensorBoard shows those first.

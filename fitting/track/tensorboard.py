@@ -106,25 +106,18 @@ class TensorBoard(AbstractContextManager):
             self.writer.file_writer.add_summary(summary)
 
 
-def hparam_values(config: Mapping[str, Any], ops: Mapping[str, str],
+def hparam_values(run: Mapping[str, Any], config: Mapping[str, Any],
                   overrides: Iterable[str]) -> dict[str, str | float]:
-    """A run's HParams values: task, optimizer, lr, seed, each op slot of its task
-    (`ops.<slot>`: its text) and every other command-line override (`task.width`: '64')."""
-    values: dict[str, str | float] = {
-        "task": _short(config["task"]), "optimizer": _short(config["optimizer"]),
-        "seed": str(config["seed"]), **{f"ops.{slot}": text for slot, text in ops.items()}}
+    """A run's HParams values: its task, optimizer and op in each slot of its task (`ops.<slot>`,
+    as results.json names them), lr, seed and every other command-line override."""
+    values = {"task": run["task"], "optimizer": run["optimizer"], "seed": str(config["seed"]),
+              **{f"ops.{slot}": text for slot, text in run["ops"].items()}}
     if config["optimizer"].get("lr") is not None:
         values["lr"] = float(config["optimizer"]["lr"])
-    for override in overrides:
-        key, _, value = override.lstrip("+~").partition("=")
-        if key not in ("impl", "resume", "optimizer.lr") and not key.startswith("ops."):
+    for key, _, value in (o.lstrip("+~").partition("=") for o in overrides):
+        if key not in ("impl", "resume", "optimizer.lr") and key[:4] != "ops.":
             values.setdefault(key, value)
     return values
-
-
-def _short(node: Mapping[str, Any]) -> str:
-    """A task's or optimizer's name, from its _target_ (fitting.tasks.MLPTask -> mlp)."""
-    return str(node["_target_"]).rsplit(".", 1)[-1].lower().removesuffix("task")
 
 
 def save_png(fig: Figure, path: str | Path) -> np.ndarray:

@@ -84,11 +84,9 @@ def test_hparams_columns_are_what_varies_each_with_its_domain(
 
 
 def test_the_optimizer_is_a_column_where_a_sweep_varies_it(tmp_path, capsys):
-    for k, (optimizer, lr) in enumerate([("Adam", 1e-3), ("LBFGS", 1.0)]):
-        run = write_run(tmp_path / f"{k}_optimizer={optimizer.lower()}", task="poly3", lr=lr)
-        config = tmp_path / run / ".hydra" / "config.yaml"
-        config.write_text(config.read_text().replace("torch.optim.Adam",
-                                                     f"torch.optim.{optimizer}"))
+    for k, (optimizer, lr) in enumerate([("adam", 1e-3), ("lbfgs", 1.0)]):
+        write_run(tmp_path / f"{k}_optimizer={optimizer}", task="poly3", lr=lr,
+                  optimizer=optimizer)
     end_of_sweep(tmp_path, capsys)
     assert experiment_of(tmp_path / "0_optimizer=adam") == [
         ("lr", True, [0.001, 1.0]), ("optimizer", True, ["adam", "lbfgs"])]

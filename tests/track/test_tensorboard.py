@@ -77,7 +77,8 @@ def test_hparams_session_is_in_the_run_itself_and_leaves_the_columns_to_the_swee
     ops = {"linear": "custom", "activation": "torch.nn.functional.leaky_relu(negative_slope=0.1)"}
     overrides = ["task=mlp", f"ops.activation={ops['activation']}", "seed=1", "task.width=32"]
     with TensorBoard(tmp_path / run_dir) as tb:
-        tb.hparams(hparam_values(CONFIG, ops, overrides))
+        tb.hparams(hparam_values({"task": "mlp", "optimizer": "adam", "ops": ops}, CONFIG,
+                                 overrides))
         tb.scalars(0, STEP)
     tmp_path = tmp_path / run_dir
     content = read(tmp_path).PluginTagToContent("hparams")
