@@ -38,7 +38,7 @@ SHOTS = {  # name: the pages to take, (URL fragment, a tab to click or None, fil
               ("hparams", "Parallel Coordinates View", "poly3_parallel_coordinates")],
     "cnn": [("hparams", None, "cnn_hparams")],
 }
-WIDTH, HEIGHT, SETTLE_S = 1366, 768, 6.0
+WIDTH, HEIGHT, SETTLE_S = 1366, 900, 6.0
 
 
 def sweep(name: str, root: Path) -> Path:

@@ -93,7 +93,7 @@ class TensorBoard(AbstractContextManager):
         """Save `fig` as the PNG `png_path` and log it as image `tag` at `step`."""
         self.writer.add_image(tag, save_png(fig, png_path), step, dataformats="HWC")
 
-    def hparams(self, values: Mapping[str, str | float]) -> None:
+    def hparams(self, values: Mapping[str, str]) -> None:
         """This run's row in the HParams table (hparam_values), written into this run itself,
         not into add_hparams' timestamped sub-run; its Trial ID: trial_id(log_dir)."""
         from tensorboard.plugins.hparams.summary_v2 import hparams_pb
@@ -107,13 +107,14 @@ class TensorBoard(AbstractContextManager):
 
 
 def hparam_values(run: Mapping[str, Any], config: Mapping[str, Any],
-                  overrides: Iterable[str]) -> dict[str, str | float]:
-    """A run's HParams values: its task, optimizer and op in each slot of its task (`ops.<slot>`,
-    as results.json names them), lr, seed and every other command-line override."""
+                  overrides: Iterable[str]) -> dict[str, str]:
+    """A run's HParams values, text (parallel coordinates drops a row that lacks one): its task,
+    optimizer and op in each slot of its task (`ops.<slot>`, as results.json names them), lr,
+    seed and every other command-line override."""
+    lr = config["optimizer"].get("lr")  # as text: newton and lm have none, "-"
     values = {"task": run["task"], "optimizer": run["optimizer"], "seed": str(config["seed"]),
+              "lr": "-" if lr is None else f"{lr:g}",
               **{f"ops.{slot}": text for slot, text in run["ops"].items()}}
-    if config["optimizer"].get("lr") is not None:
-        values["lr"] = float(config["optimizer"]["lr"])
     for key, _, value in (o.lstrip("+~").partition("=") for o in overrides):
         if key not in ("impl", "resume", "optimizer.lr") and key[:4] != "ops.":
             values.setdefault(key, value)

@@ -89,7 +89,7 @@ def test_the_optimizer_is_a_column_where_a_sweep_varies_it(tmp_path, capsys):
                   optimizer=optimizer)
     end_of_sweep(tmp_path, capsys)
     assert experiment_of(tmp_path / "0_optimizer=adam") == [
-        ("lr", True, [0.001, 1.0]), ("optimizer", True, ["adam", "lbfgs"])]
+        ("lr", True, ["0.001", "1"]), ("optimizer", True, ["adam", "lbfgs"])]
 
 
 def test_a_sweep_of_one_job_shows_its_op_slots(tmp_path, capsys):

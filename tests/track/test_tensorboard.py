@@ -86,9 +86,9 @@ def test_hparams_session_is_in_the_run_itself_and_leaves_the_columns_to_the_swee
     assert set(content) == {"_hparams_/session_start_info", "_hparams_/session_end_info"}
     data = plugin_data_pb2.HParamsPluginData
     start = data.FromString(content["_hparams_/session_start_info"]).session_start_info
-    values = {name: v.string_value or v.number_value for name, v in start.hparams.items()}
+    values = {name: v.string_value for name, v in start.hparams.items()}
     assert values == {"ops.linear": "custom", "ops.activation": ops["activation"],
-                      "task": "mlp", "optimizer": "adam", "lr": 0.001, "seed": "1",
+                      "task": "mlp", "optimizer": "adam", "lr": "0.001", "seed": "1",
                       "task.width": "32"}  # an override beyond task, optimizer, lr, seed, ops
     assert start.group_name == trial  # HParams' Trial ID: the sweep's time and the job
     assert [p for p in tmp_path.iterdir() if p.is_dir()] == []
