@@ -24,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fitting.checkpoint import load
 from fitting.config import CHECKPOINT, REPO_ROOT, ConfigError, short
-from fitting.files import write_atomic
+from fitting.track.files import write_atomic
 
 LOCK, MADE = "run.lock", "FITTING_MADE_DIR"  # MADE: the dir this invocation made (inherited)
 KEPT = ("steps", "log", "ckpt", "threads", "on_nonfinite", "profile")  # a resume may change

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import models.ops
-from fitting.boundary import CannotRun, guarded
+from fitting.opcheck.boundary import CannotRun, guarded
 from models.layers import Activation, FusedConvBN2d, Linear
 from models.poly3 import Poly3
 

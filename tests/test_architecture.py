@@ -24,14 +24,14 @@ FORBIDDEN = {
     "fitting/checkpoint.py": TOOLS,
     "fitting/config.py": TOOLS,
     "fitting/boundary.py": ("fitting", "models"),
-    "fitting/slots.py": (*TOOLS, *CORE, "fitting.verdict", "fitting.uses", "fitting.precheck"),
-    "fitting/verdict.py": (*TOOLS, *CORE, "fitting.uses", "fitting.precheck"),
-    "fitting/uses.py": (*TOOLS, *CORE, "fitting.precheck"),
+    "fitting/slots.py": (*TOOLS, *CORE, "fitting.opcheck.verdict", "fitting.opcheck.uses", "fitting.opcheck.precheck"),
+    "fitting/verdict.py": (*TOOLS, *CORE, "fitting.opcheck.uses", "fitting.opcheck.precheck"),
+    "fitting/uses.py": (*TOOLS, *CORE, "fitting.opcheck.precheck"),
     "fitting/precheck.py": (*TOOLS, *CORE),
     "hydra_plugins/": ("fitting", "models", "torch"),
-    "fitting/optim/": (*TOOLS, *CORE, "fitting.slots", "fitting.verdict", "fitting.precheck"),
-    "fitting/tasks/": (*TOOLS, *CORE, "fitting.slots", "fitting.verdict", "fitting.precheck"),
-    "fitting/track/": (*TOOLS, *CORE, "fitting.slots", "fitting.verdict", "fitting.precheck"),
+    "fitting/optim/": (*TOOLS, *CORE, "fitting.slots", "fitting.opcheck.verdict", "fitting.opcheck.precheck"),
+    "fitting/tasks/": (*TOOLS, *CORE, "fitting.slots", "fitting.opcheck.verdict", "fitting.opcheck.precheck"),
+    "fitting/track/": (*TOOLS, *CORE, "fitting.slots", "fitting.opcheck.verdict", "fitting.opcheck.precheck"),
 }
 # The source (fitting/, models/, train.py; the 80-line SLURM launcher aside): a learner reads it
 # in an afternoon.

@@ -22,7 +22,7 @@ from fitting.compare.runs import (
     write_differences,
 )
 from fitting.compare.seeds import RULE, verdict_lines
-from fitting.files import write_atomic
+from fitting.track.files import write_atomic
 
 PROG = "python -m fitting.compare"
 NOTES = """\

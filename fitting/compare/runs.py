@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fitting.files import replace_dir
+from fitting.track.files import replace_dir
 
 DIFF_TAG = "loss/train_diff"
 DONE = ("completed", "converged")  # results.json's statuses of a job that ran to its end

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import torch
 
-from fitting import slots, verdict
-from fitting.boundary import CannotRun
+from fitting import slots
+from fitting.opcheck import verdict
+from fitting.opcheck.boundary import CannotRun
 from fitting.opcheck.cost import cost
 from fitting.opcheck.trains import trains
+from fitting.opcheck.uses import NAMES, judge, library_opcheck, slot_case
 from fitting.slots import OpRefused
-from fitting.uses import NAMES, judge, library_opcheck, slot_case
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
@@ -120,7 +121,7 @@ def _setup(args) -> tuple[str, str, verdict.Case]:
 
 
 def card(case: verdict.Case, args) -> dict[str, list[verdict.Finding]]:
-    """Each row's findings: the uses (fitting.uses), torch.library, cost, trains the same."""
+    """Each row's findings: the uses (uses.py), torch.library, cost, trains the same."""
     uses = ("training", "second_order", "forward_ad", *(() if args.no_compile else ("compiles",)))
     found = {NAMES[u]: f for u, f in judge(case, uses, args.backend).items()}
     found.setdefault("compiles", [("n/a", "not tried (--no-compile)")])

@@ -9,12 +9,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from fitting.boundary import guarded
 from fitting.compare.seeds import trains_same
 from fitting.config import REPO_ROOT  # importing it registers the schemas conf/ needs
 from fitting.loop import Closure
+from fitting.opcheck.boundary import guarded
+from fitting.opcheck.verdict import Finding
 from fitting.slots import SLOTS
-from fitting.verdict import Finding
 
 STEPS = {"poly3": 100, "mlp": 300, "cnn": 20}  # short: by 300 steps relu/100 trains 3x worse
 # mlp at a tenth of its SGD lr: early training, where every layer's gradient sets the pace (at

@@ -8,10 +8,8 @@ from collections.abc import Callable
 
 import torch
 
-from fitting.boundary import CannotRun, form, guarded
-from fitting.optim.derivatives import hessian, jacobian
-from fitting.slots import SLOTS, line, param_names
-from fitting.verdict import (
+from fitting.opcheck.boundary import CannotRun, form, guarded
+from fitting.opcheck.verdict import (
     TOL,
     Case,
     Finding,
@@ -28,6 +26,8 @@ from fitting.verdict import (
     remap,
     run_op,
 )
+from fitting.optim.derivatives import hessian, jacobian
+from fitting.slots import SLOTS, line, param_names
 
 NEEDS = {"second_order": "optimizer=newton", "forward_ad": "optimizer=lm",
          "compiles": "compile=true"}

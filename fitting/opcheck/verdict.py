@@ -1,14 +1,14 @@
-"""The training row of an op against its reference, shared by the pre-check (fitting.precheck)
+"""The training row of an op against its reference, shared by the pre-check (precheck.py)
 and the card (fitting.opcheck): forward and gradients against the reference's autograd, as
 models call the op, on fresh copies; what it returns and what it does to its inputs; kinks and
-non-finite values as notes. Every call of the op is guarded (fitting.boundary)."""
+non-finite values as notes. Every call of the op is guarded (boundary.py)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from fitting.boundary import CannotRun, form, guarded
+from fitting.opcheck.boundary import CannotRun, form, guarded
 from fitting.slots import Sample, line
 
 RANK = ("n/a", "measured", "pass", "same as the reference", "note", "unsupported", "wrong")

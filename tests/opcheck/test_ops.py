@@ -1,4 +1,4 @@
-"""fitting.slots: an op choice to its callable; fitting.precheck: the pre-check a run makes of a
+"""fitting.slots: an op choice to its callable; fitting.opcheck.precheck: the pre-check a run makes of a
 user's op."""
 
 import shlex
@@ -8,14 +8,14 @@ import threading
 import pytest
 import torch
 
+import fitting.opcheck.uses as uses_
 import fitting.optim.derivatives as derivatives
-import fitting.uses as uses_
 from docs.examples.tutorial_ops import LegendrePolynomial3, MyReLU
 from fitting import slots
 from fitting.opcheck import clash, cli
 from fitting.opcheck.cli import main
-from fitting.precheck import OpRefused, command, precheck
-from fitting.uses import NAMES
+from fitting.opcheck.precheck import OpRefused, command, precheck
+from fitting.opcheck.uses import NAMES
 from models.ops import legendre_p3_reference, relu
 from tests.opcheck import user_ops
 
