@@ -23,9 +23,10 @@ from omegaconf import DictConfig, OmegaConf
 from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
 from fitting.loop import NonFinite, Run, SecondSignal, Signals, State, Stopped, evaluate, train
-from fitting.opcheck.precheck import OpRefused, precheck
+from fitting.opcheck.boundary import OpRefused, resolve
+from fitting.opcheck.precheck import precheck
 from fitting.rundir import WRITE_FAULT, RunDir, fault, resume_command, resume_config
-from fitting.slots import describe, resolve, source, uses
+from fitting.slots import describe, source, uses
 from fitting.track.files import write_atomic
 from fitting.track.memory import peak_rss_bytes
 from fitting.track.tensorboard import TensorBoard

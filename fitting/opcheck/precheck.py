@@ -7,10 +7,9 @@ from typing import Any
 
 import torch
 
-from fitting.opcheck.boundary import CannotRun
+from fitting.opcheck.boundary import CannotRun, OpRefused
 from fitting.opcheck.uses import NAMES, NEEDS, judge, slot_case
 from fitting.opcheck.verdict import RANK
-from fitting.slots import OpRefused
 
 
 def command(slot: str, choice: Any, dtype: torch.dtype, device: torch.device | str) -> str:

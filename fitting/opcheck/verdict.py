@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fitting.opcheck.boundary import CannotRun, form, guarded
-from fitting.slots import Sample, line
+from fitting.opcheck.boundary import CannotRun, form, guarded, line
+from fitting.slots import Sample
 
 RANK = ("n/a", "measured", "pass", "same as the reference", "note", "unsupported", "wrong")
 OFF = "beyond rtol"  # in the text of every value difference: what an approximate op differs by
