@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import yaml
 
+from fitting.slots import describe
 from fitting.track.files import replace_dir
+from fitting.track.tensorboard import DIFF_TAG
 
-DIFF_TAG = "loss/train_diff"
 DONE = ("completed", "converged")  # results.json's statuses of a job that ran to its end
 # Every scalar; one image and histogram per tag (reading them is the cost, keeping them memory).
 SIZE_GUIDANCE = {"scalars": 0, "images": 1, "histograms": 1, "compressedHistograms": 1}
@@ -48,13 +49,10 @@ class RunRecord:
 
 
 def _op_text(choice: Any, config: dict[str, Any]) -> str:
-    """As fitting.ops.describe_op (which imports torch), an interpolation (`${impl}`) resolved."""
+    """The choice as fitting.slots.describe writes it, an interpolation (`${impl}`) resolved."""
     if isinstance(choice, str) and re.fullmatch(r"\$\{\w+\}", choice):
         choice = config.get(choice[2:-1], choice)
-    if not isinstance(choice, dict):
-        return str(choice)
-    args = ", ".join(f"{k}={v}" for k, v in choice.items() if not str(k).startswith("_"))
-    return f"{choice.get('_target_', '?')}({args})"
+    return describe(choice)
 
 
 def shown(text: str) -> str:

@@ -14,8 +14,7 @@ from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from fitting.slots import SLOTS
-from fitting.slots import describe as describe_op
+from fitting.slots import SLOTS, describe
 from fitting.track.tensorboard import trial_id
 
 TASK_SLOTS = {"mlp": ("linear", "activation"), "cnn": ("conv_bn", "activation", "linear"),
@@ -36,9 +35,9 @@ def write_run(run_dir: str | bytes | os.PathLike, *, status: str | None = "compl
               "optimizer": {"_target_": "torch.optim.Adam", "_partial_": True, "lr": lr},
               "impl": impl, "ops": {slot: ops.get(slot, "${impl}") for slot in SLOTS},
               "seed": seed, "steps": 10}
-    overrides = [f"ops.{slot}={describe_op(c)}" for slot, c in ops.items()] + [
+    overrides = [f"ops.{slot}={describe(c)}" for slot, c in ops.items()] + [
         f"optimizer.lr={lr}", f"seed={seed}"]
-    ops = {slot: describe_op(ops.get(slot, impl)) for slot in TASK_SLOTS[task]}
+    ops = {slot: describe(ops.get(slot, impl)) for slot in TASK_SLOTS[task]}
     op_sources = {}
     for slot, text in (sources or {}).items():
         digest = hashlib.sha256(text.encode()).hexdigest()

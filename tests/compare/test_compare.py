@@ -12,7 +12,7 @@ from tensorboard.util.tensor_util import make_ndarray
 
 from fitting.compare import plot, report
 from fitting.compare.runs import pair, read_runs, terminal_table
-from fitting.slots import describe as describe_op
+from fitting.slots import describe
 from tests.compare.sweeps import LOSSES, files, write_run
 
 LEAKY = {"_target_": "torch.nn.functional.leaky_relu", "_partial_": True, "negative_slope": 0.1}
@@ -89,8 +89,8 @@ def test_runs_table(compared):
     assert float(mine["Δ loss vs ref"]) == pytest.approx(LOSSES[-1] * 0.001, rel=5e-3)
     assert (mine["step ms (median)"], mine["× ref"], mine["saved bytes"]) == ("3", "1.500", "48,000")
     assert (ref["Δ loss vs ref"], ref["× ref"], ref["saved bytes"]) == ("ref", "ref", "64,000")
-    # The text fitting.ops.describe_op gives in the run's log, results.json and HParams.
-    assert rows["2_a=leaky"]["ops"] == f"activation={describe_op(LEAKY)}"
+    # The text fitting.slots.describe gives in the run's log, results.json and HParams.
+    assert rows["2_a=leaky"]["ops"] == f"activation={describe(LEAKY)}"
     assert rows["2_a=leaky"]["status"] == "diverged"
     assert rows["6_a=a,lr"]["status"] == "running or killed"
     # No results.json: the numbers come from the event file.
