@@ -1,6 +1,5 @@
-"""The boundary around a user's code (its import, its op's forward and backward): every way it can
-fail to return is one line (CannotRun), never a traceback, a hang or the process's end. A user's
-op enters here: a slot's choice resolved to its function (resolve), its parameters named."""
+"""A user's op enters here (resolve): its import, forward and backward run inside a boundary where
+every way to fail to return is one line (CannotRun), never a traceback, a hang or an exit."""
 
 import inspect
 import os
@@ -14,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from hydra.utils import instantiate
 
 from fitting.slots import SLOTS, describe
 from models.ops import unwrap
@@ -118,8 +118,6 @@ def load(spec: str) -> Callable:
 def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
     """The function a choice names, a {_target_: ...} choice built by Hydra's instantiate, the
     user's module imported inside the boundary; OpRefused, one line naming `key`, if none."""
-    from hydra.utils import instantiate
-
     key = key or f"ops.{slot}={describe(choice)}"
     try:
         with guarded():  # importing the user's module runs its code

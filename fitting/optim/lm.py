@@ -9,8 +9,7 @@ from torch import Tensor
 from torch.nn.utils import parameters_to_vector
 
 from fitting.optim.derivatives import jacobian
-from fitting.optim.newton import Damped, marquardt_scale
-from fitting.tasks.shared import require
+from fitting.optim.newton import Damped, marquardt_scale, require
 
 
 class LM(Damped):

@@ -25,8 +25,7 @@ class Damped(torch.optim.Optimizer):
         d = defaults
         require([("max_tries", d["max_tries"], d["max_tries"] >= 1, ">= 1"),
                  ("max_params", d["max_params"], d["max_params"] >= 1, ">= 1"),
-                 ("ftol", d["ftol"], d["ftol"] is None or d["ftol"] >= 0, ">= 0 or null")],
-                "optimizer")
+                 ("ftol", d["ftol"], (d["ftol"] or 0) >= 0, ">= 0 or null")], "optimizer")
         super().__init__(params, defaults)
         self.params: list[Tensor] = self.param_groups[0]["params"]
         n = sum(p.numel() for p in self.params)

@@ -20,8 +20,7 @@ def compilable(cls: type[torch.autograd.Function]) -> Callable[..., torch.Tensor
 
 
 def unwrap(fn: Callable) -> tuple[Callable, dict[str, Any]]:
-    """What `fn` calls under its functools.partial layers (a Function's class for its `.apply`)
-    and the keywords those layers pass."""
+    """What `fn` calls under its partials (a Function's `.apply`: its class) and their keywords."""
     kwargs: dict[str, Any] = {}
     while isinstance(fn, functools.partial):
         fn, kwargs = fn.func, {**fn.keywords, **kwargs}
