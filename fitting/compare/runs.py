@@ -233,7 +233,7 @@ def terminal_table(runs: list[RunRecord], width: int = 100) -> str:
 
 def write_differences(runs: list[RunRecord], out: str) -> list[str]:
     """Write `out`/differences: a DIFF_TAG run per pair; say what each line shows, in words."""
-    from tensorboard.summary import Writer  # TensorBoard's own, numpy only: no torch to import
+    from tensorboard.summary import Writer  # TensorBoard's own writer of event files
 
     lines = []
     with tempfile.TemporaryDirectory() as tmp:  # TensorBoard writes only to UTF-8 paths
