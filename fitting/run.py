@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fitting.checkpoint import Checkpoint, restore
@@ -25,7 +25,8 @@ from fitting.config import ConfigError, check, short
 from fitting.files import write_atomic
 from fitting.loop import NonFinite, Run, SecondSignal, Signals, State, Stopped, evaluate, train
 from fitting.precheck import OpRefused, precheck
-from fitting.rundir import WRITE_FAULT, RunDir, fault, resume_command, resume_config
+from fitting.resume import resume_command, resume_config
+from fitting.rundir import WRITE_FAULT, RunDir, fault
 from fitting.slots import describe, resolve, source, uses
 from fitting.track.memory import peak_rss_bytes
 from fitting.track.tensorboard import TensorBoard
@@ -45,12 +46,14 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
             _quiet_write_faults(stack)
             if cfg.resume is not None:
                 cfg = resume_config(cfg, out, given)
-            check(cfg)
+            with _as_config_error():
+                kind = get_class(cfg.task._target_)  # the task's class: its name and slots
+            check(cfg, f"{kind.name}_{_name(cfg.optimizer)}")
             device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                                   if cfg.device == "auto" else str(cfg.device))
             dtype = getattr(torch, str(cfg.dtype))
             _torch_settings(cfg, stack)
-            ops = _prepare_ops(cfg, device, dtype)
+            ops = _prepare_ops(cfg, kind.slots, device, dtype)
             with _as_config_error():
                 torch.manual_seed(cfg.seed)  # the model's initialization; data have their own
                 task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
@@ -63,7 +66,7 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
             payload = rundir.claim(cfg, given, HydraConfig.instance().cfg if hydra else None)
             state = State() if payload is None else restore(payload, task, optimizer, scheduler)
             ckpt.saved = payload and state.step
-            info = _describe(cfg, device, ops)
+            info = _describe(cfg, kind.name, device, ops)
             log.info("task=%s %s %s", info["task"], " ".join(
                 f"ops.{s}={t}" for s, t in info["ops"].items()), info["run"].split(" ", 1)[1])
             if not rundir.new:
@@ -77,11 +80,12 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                       WRITE_FAULT) from None
 
 
-def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
-    """The model's op in each slot (cfg.task.ops, built by Hydra through fitting.slots.op), a
+def _prepare_ops(cfg: DictConfig, slots: tuple[str, ...], device: torch.device,
+                 dtype: torch.dtype) -> dict[str, Any]:
+    """The function ops.<slot> names for each slot the task's model calls, resolved once, a
     user's op pre-checked for the uses this run makes of it; ConfigError if one is refused."""
     ops, needs = {}, uses(_name(cfg.optimizer), cfg.compile)
-    for slot in cfg.task.ops:
+    for slot in slots:
         choice = _choice(cfg, slot)
         key = f"ops.{slot}={describe(choice)}"
         with _as_config_error():
@@ -101,9 +105,9 @@ def _choice(cfg: DictConfig, slot: str) -> str | dict:
     return OmegaConf.to_object(choice) if isinstance(choice, DictConfig) else str(choice)
 
 
-def _name(node: DictConfig) -> str:
-    """A task's or optimizer's short name, from its _target_ (fitting.optim.LM -> lm)."""
-    return node._target_.rsplit(".", 1)[-1].lower().removesuffix("task")
+def _name(optimizer: DictConfig) -> str:
+    """An optimizer's short name, from its _target_ (fitting.optim.LM -> lm)."""
+    return optimizer._target_.rsplit(".", 1)[-1].lower()
 
 
 def last(ckpt: Checkpoint) -> str:
@@ -115,10 +119,11 @@ def last(ckpt: Checkpoint) -> str:
             f"{resume_command(ckpt.path.parent)}")
 
 
-def _describe(cfg: DictConfig, device: torch.device, ops: dict[str, Any]) -> dict[str, Any]:
+def _describe(cfg: DictConfig, task: str, device: torch.device, ops: dict[str, Any]
+              ) -> dict[str, Any]:
     """The run in words: task, optimizer, each op's choice (a user's with its source file's
     sha256, so two versions read as two) and the rest (`run`, one line)."""
-    task, opt = _name(cfg.task), _name(cfg.optimizer)
+    opt = _name(cfg.optimizer)
     choices = {s: _choice(cfg, s) for s in ops}
     sources = {s: found for s, c in choices.items()
                if c not in ("custom", "builtin") and (found := source(ops[s]))}
