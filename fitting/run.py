@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
 from fitting.files import write_atomic
-from fitting.loop import NonFinite, Run, SecondSignal, Signals, State, Stopped, evaluate, train
+from fitting.loop import NonFinite, SecondSignal, Signals, State, Stopped, Training, evaluate, train
 from fitting.precheck import OpRefused, precheck
 from fitting.resume import resume_command, resume_config
 from fitting.rundir import WRITE_FAULT, RunDir, fault
@@ -166,8 +166,8 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
         if status != "running":
             _results(out, status, cfg, state, loop.times, info, summary or {})
 
-    loop = Run(cfg, task, optimizer, state, tb, signals, save, prof=prof, scheduler=scheduler,
-               forward=torch.compile(task.model) if cfg.compile else task.model)
+    loop = Training(cfg, task, optimizer, state, tb, signals, save, prof=prof, scheduler=scheduler,
+                    forward=torch.compile(task.model) if cfg.compile else task.model)
     try:
         train(loop)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
