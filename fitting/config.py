@@ -79,8 +79,7 @@ class Config:
 
 
 def check(cfg: Any, pair: str) -> None:
-    """Raise ConfigError naming the first run-level key that is unknown or out of range; `pair`:
-    <task>_<optimizer>, whose conf/task_optimizer/ file sets the lr."""
+    """ConfigError naming the first run-level key unknown, unset or out of range."""
     given = OmegaConf.to_container(cfg, resolve=False)
     try:  # the task's and optimizer's keys are their classes' to check
         OmegaConf.merge(Config, {k: v for k, v in given.items() if k not in ("task", "optimizer")})
@@ -99,9 +98,8 @@ def check(cfg: Any, pair: str) -> None:
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed must be in [-2**63, 2**64), got {cfg.seed}")
     for key in (k for k in cfg.optimizer if OmegaConf.is_missing(cfg.optimizer, k)):
-        raise ConfigError(f"optimizer.{key} is not set for this task and optimizer: add "
-                          f"conf/task_optimizer/{pair}.yaml (as its neighbours), or give "
-                          f"optimizer.{key}=")
+        raise ConfigError(f"optimizer.{key} is not set for this task and optimizer: add conf/"
+                          f"task_optimizer/{pair}.yaml ({key}: ...) or give optimizer.{key}=")
     for key, value in cfg.optimizer.items():  # an lr of 1e309 is inf to YAML: no step is right
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"optimizer.{key} must be a finite number, got {value}")

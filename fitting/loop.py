@@ -135,8 +135,7 @@ class Signals:
 
 @dataclass
 class Training:
-    """The loop's one run: what the steps work on, write to (`save`: a checkpoint) and are
-    stopped by."""
+    """The loop's one run: what its steps work on, write to (`save`) and are stopped by."""
 
     cfg: Any
     task: Any
@@ -198,19 +197,14 @@ def train(run: Training) -> None:
 def _scalars(run: Training, closure: Closure, ms: float, lr: float | None, peak: Any,
              named: list) -> dict[str, float]:
     """A logged step's scalars: its loss, time, memory, norms and the optimizer's numbers."""
-    state, times = run.state, run.times
+    state, times, grad_norm = run.state, run.times, closure.grad_norm
     values = {"loss/train": state.loss, "optim/evals": closure.evals, "time/step_ms": ms,
               "time/step_ms_median": times[len(times) // 2], "time/train_s": state.train_s,
               "memory/saved_bytes": state.saved_bytes, "memory/peak_rss_bytes": peak_rss_bytes(),
-              **norms(named)}
-    values |= {f"optim/{k}": v for k, v in getattr(run.optimizer, "last_stats", {}).items()}
-    if closure.grad_norm is not None:
-        values["optim/grad_norm"] = closure.grad_norm.item()
-    if lr is not None:
-        values["optim/lr"] = lr
-    if peak is not None:
-        values["memory/peak_bytes"] = peak.bytes
-    return values
+              "memory/peak_bytes": peak and peak.bytes, "optim/lr": lr, **norms(named),
+              "optim/grad_norm": None if grad_norm is None else grad_norm.item(),
+              **{f"optim/{k}": v for k, v in getattr(run.optimizer, "last_stats", {}).items()}}
+    return {k: v for k, v in values.items() if v is not None}  # those this step has
 
 
 def evaluate(task: Any, tb: Any, state: State, step: int, val: bool, fig: bool) -> Any:

@@ -119,8 +119,7 @@ def last(ckpt: Checkpoint) -> str:
             f"{resume_command(ckpt.path.parent)}")
 
 
-def _describe(cfg: DictConfig, task: str, device: torch.device, ops: dict[str, Any]
-              ) -> dict[str, Any]:
+def _describe(cfg: DictConfig, task: str, device: torch.device, ops: dict) -> dict[str, Any]:
     """The run in words: task, optimizer, each op's choice (a user's with its source file's
     sha256, so two versions read as two) and the rest (`run`, one line)."""
     opt = _name(cfg.optimizer)

@@ -106,8 +106,7 @@ SLOTS: dict[str, Slot] = {
 # What an optimizer computes through the ops beyond training's forward and gradient: newton a
 # Hessian by double backward, lm a Jacobian by forward AD (or by double backward where an op
 # has no jvp). compile=true adds "compiles".
-USES = {"gd": (), "sgd": (), "adam": (), "lbfgs": (), "newton": ("second_order",),
-        "lm": ("forward_ad",)}
+USES = {"newton": ("second_order",), "lm": ("forward_ad",)}
 
 
 def uses(optimizer: str, compiled: bool = False) -> tuple[str, ...]:

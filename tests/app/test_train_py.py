@@ -65,7 +65,7 @@ def test_an_optimizer_without_an_lr_for_the_task_is_one_line_naming_the_file(tra
                      f"hydra.run.dir={tmp_path / 'run'}")
     assert (done.returncode, done.stderr) == (2, (
         "config error: optimizer.lr is not set for this task and optimizer: add "
-        "conf/task_optimizer/poly3_rmsprop.yaml (as its neighbours), or give optimizer.lr=\n"))
+        "conf/task_optimizer/poly3_rmsprop.yaml (lr: ...) or give optimizer.lr=\n"))
     assert not (tmp_path / "run").exists()
 
 
