@@ -48,7 +48,8 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                 cfg = resume_config(cfg, out, given)
             with _as_config_error():
                 kind = get_class(cfg.task._target_)  # the task's class: its name and slots
-            check(cfg, f"{kind.name}_{_name(cfg.optimizer)}")
+            opt = hydra and hydra.runtime.choices.get("optimizer") or _name(cfg.optimizer)
+            check(cfg, f"{kind.name}_{opt}")  # conf/task_optimizer/<task>_<optimizer>.yaml
             device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                                   if cfg.device == "auto" else str(cfg.device))
             dtype = getattr(torch, str(cfg.dtype))

@@ -59,13 +59,13 @@ def test_help_lists_the_choices_and_keys(train_cli):
 
 def test_an_optimizer_without_an_lr_for_the_task_is_one_line_naming_the_file(train_cli, tmp_path):
     (tmp_path / "optimizer").mkdir()  # a new optimizer, no conf/task_optimizer/<task>_<it>.yaml
-    (tmp_path / "optimizer" / "rmsprop.yaml").write_text(
+    (tmp_path / "optimizer" / "new.yaml").write_text(
         "_target_: torch.optim.RMSprop\n_partial_: true\nlr: ???\n")
-    done = train_cli("--config-dir", str(tmp_path), "optimizer=rmsprop",
+    done = train_cli("--config-dir", str(tmp_path), "optimizer=new",
                      f"hydra.run.dir={tmp_path / 'run'}")
     assert (done.returncode, done.stderr) == (2, (
         "config error: optimizer.lr is not set for this task and optimizer: add "
-        "conf/task_optimizer/poly3_rmsprop.yaml (lr: ...) or give optimizer.lr=\n"))
+        "conf/task_optimizer/poly3_new.yaml (lr: ...) or give optimizer.lr=\n"))
     assert not (tmp_path / "run").exists()
 
 
