@@ -89,14 +89,13 @@ def _prepare_ops(cfg: DictConfig, slots: tuple[str, ...], device: torch.device,
     for slot in slots:
         choice = _choice(cfg, slot)
         key = f"ops.{slot}={describe(choice)}"
-        with _as_config_error():
+        try:  # its one line whole: a pre-check's ends with the card's command
             ops[slot] = resolve(slot, choice, key)
-        if choice not in ("custom", "builtin"):
-            try:
+            if choice not in ("custom", "builtin"):
                 precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice, key=key,
                          uses=needs)
-            except OpRefused as err:  # its one line whole: it ends with the card's command
-                raise ConfigError(str(err)) from None
+        except OpRefused as err:
+            raise ConfigError(str(err)) from None
     return ops
 
 
@@ -248,8 +247,7 @@ def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[
             "step_ms_median": times[len(times) // 2] if times else None,  # the loop sorts them
             "saved_bytes": state.saved_bytes, "peak_rss_bytes": peak_rss_bytes(),
             "train_s": state.train_s,
-            **{k: info[k] for k in ("task", "optimizer", "ops", "op_sources")},
-            "summary": summary}
+            **{k: info[k] for k in ("task", "optimizer", "ops", "op_sources")}, "summary": summary}
     write_atomic(out / RESULTS, (json.dumps(data, indent=2) + "\n").encode())
 
 

@@ -1,5 +1,4 @@
-"""The fitting tasks, each built by Hydra from conf/task/<name>.yaml: its data, model and figure.
-TASKS, the task registry: each task's name (task=<name>) -> its class, smallest first."""
+"""The tasks (conf/task/<name>.yaml) and TASKS, their registry: name -> class, smallest first."""
 
 from fitting.tasks.cnn import CNNTask
 from fitting.tasks.mlp import MLPTask

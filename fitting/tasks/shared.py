@@ -32,8 +32,7 @@ def range_checks(n_points: int, x_min: float, x_max: float, least: int) -> list[
 
 class Task:
     """What every task has: residuals on a batch; its whole data set as each step's batch. Each
-    declares its `name` (task=<name>, its runs' label), the op `slots` its model calls (ops.<slot>,
-    each the model's keyword) and its `card`: the card's trains-the-same steps of SGD, overrides."""
+    declares `name` (task=<name>), the op `slots` its model calls, `card` (SGD steps, overrides)."""
 
     def batch(self, step: int) -> Batch:
         """The whole data set, every step."""
