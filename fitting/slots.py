@@ -1,10 +1,11 @@
 """The op slots, in one place: for each, our op, its built-in twin, the layer that calls it, the
-task whose model does, the inputs it is called with; and which uses each optimizer makes of the
-ops. The config (ops.*), the app (its ops and their pre-check), the card and the tests read it.
+inputs it is called with; and which uses each optimizer makes of the ops. The config (ops.*),
+the app (its ops and their pre-check), the card and the tests read it; a task declares the slots
+its model calls (fitting.tasks).
 
 A slot's choice is `custom` (ours), `builtin` (the twin), `<module>:<name>` (pkgutil.resolve_name,
 from the current dir or PYTHONPATH) or Hydra's `{_target_: <module>.<name>, _partial_: true, ...}`;
-fitting.opcheck.boundary.resolve turns it into its function, inside the boundary.
+fitting.run resolves each once (fitting.opcheck.boundary.resolve, inside the boundary).
 """
 
 import hashlib
@@ -34,7 +35,6 @@ class Slot:
     ours: Callable
     twin: Callable
     layer: type  # the module that calls it
-    task: str  # conf/task/<task>.yaml: the smallest task whose model calls it (the card trains it)
     samples: Callable[..., list[Sample]]  # (dtype, device, big=False): big, the model's size
 
 
@@ -85,21 +85,20 @@ def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
 
 
 SLOTS: dict[str, Slot] = {
-    "linear": Slot(models.ops.linear, F.linear, Linear, "mlp", _linear_samples),
-    "activation": Slot(models.ops.relu, torch.relu, Activation, "mlp", _elementwise(
+    "linear": Slot(models.ops.linear, F.linear, Linear, _linear_samples),
+    "activation": Slot(models.ops.relu, torch.relu, Activation, _elementwise(
         {"x, as the mlp calls it": (4, 8), "x 4-D, as in the cnn": (2, 3, 4, 4)},
         {"x (256, 64), as the mlp calls it": (256, 64)})),
     "conv_bn": Slot(models.ops.fused_conv_bn2d, models.ops.conv_bn_reference, FusedConvBN2d,
-                    "cnn", _conv_bn_samples),
+                    _conv_bn_samples),
     "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, Poly3,
-                        "poly3", _elementwise({"x, as poly3 calls it": (16,)},
-                                              {"x (2000,), as poly3 calls it": (2000,)})),
+                        _elementwise({"x, as poly3 calls it": (16,)},
+                                     {"x (2000,), as poly3 calls it": (2000,)})),
 }
 # What an optimizer computes through the ops beyond training's forward and gradient: newton a
 # Hessian by double backward, lm a Jacobian by forward AD (or by double backward where an op
 # has no jvp). compile=true adds "compiles".
-USES = {"gd": (), "sgd": (), "adam": (), "lbfgs": (), "newton": ("second_order",),
-        "lm": ("forward_ad",)}
+USES = {"newton": ("second_order",), "lm": ("forward_ad",)}
 
 
 def uses(optimizer: str, compiled: bool = False) -> tuple[str, ...]:

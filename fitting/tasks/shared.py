@@ -31,7 +31,8 @@ def range_checks(n_points: int, x_min: float, x_max: float, least: int) -> list[
 
 
 class Task:
-    """What every task has: residuals on a batch; its whole data set as each step's batch."""
+    """What every task has: residuals on a batch; its whole data set as each step's batch. Each
+    declares `name` (task=<name>), the op `slots` its model calls, `card` (SGD steps, overrides)."""
 
     def batch(self, step: int) -> Batch:
         """The whole data set, every step."""
