@@ -28,17 +28,15 @@ class SweepSummary(Callback):
         os.environ["FITTING_SWEEP_JOBS"] = f"{count_jobs(config)} {time.time()}"
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
-        """The run dir, first; in a sweep `job k of n: <overrides>` and, on the console, only
+        """In a sweep: `job k of n: <overrides>; run dir: <dir>` and, on the console, only
         warnings from the job itself (its log file keeps every line)."""
-        out = config.hydra.runtime.output_dir
         if config.hydra.mode != RunMode.MULTIRUN:
-            print(f"run dir: {out}", flush=True)
             return
         for handler in logging.getLogger().handlers:  # Hydra's job logging, set up per job
             if not isinstance(handler, logging.FileHandler):
                 handler.setLevel(logging.WARNING)
-        print(f"{_job(config)}: {' '.join(config.hydra.overrides.task)}; run dir: {out}",
-              flush=True)
+        print(f"{_job(config)}: {' '.join(config.hydra.overrides.task)}; run dir: "
+              f"{config.hydra.runtime.output_dir}", flush=True)
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
         """In a sweep: `job k of n ended: <status>, final loss L; <time> left in the sweep`."""

@@ -5,6 +5,7 @@ legendre_p3 ~ legendre_p3_reference, fused_conv_bn2d ~ conv_bn_reference. The te
 exhibits, which no training run needs, are in `models.ops.exhibits`.
 """
 
+from ._function import unwrap
 from .fused_conv_bn import FusedConvBN2dFunction, conv_bn_reference, fused_conv_bn2d
 from .legendre import LegendreP3, legendre_p3, legendre_p3_reference
 from .linear import LinearFn, linear

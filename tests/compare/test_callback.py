@@ -17,6 +17,7 @@ from tensorboard.plugins.hparams import metadata
 
 from fitting.compare import callback
 from fitting.compare.runs import pair, read_runs, terminal_table
+from fitting.tasks import TASKS
 from tests.compare.sweeps import LOSSES, write_run
 from tests.helpers.tensorboard_server import (
     WAIT_S,
@@ -96,8 +97,7 @@ def test_a_sweep_of_one_job_shows_its_op_slots(tmp_path, capsys):
     write_run(tmp_path / "0_task=cnn", task="cnn")
     end_of_sweep(tmp_path, capsys)
     assert experiment_of(tmp_path / "0_task=cnn") == [
-        ("ops.activation", False, ["custom"]), ("ops.conv_bn", False, ["custom"]),
-        ("ops.linear", False, ["custom"])]
+        (f"ops.{slot}", False, ["custom"]) for slot in sorted(TASKS["cnn"].slots)]
 
 
 @pytest.mark.slow
