@@ -22,7 +22,10 @@ from tests.train.helpers import go, same_weights
     (["task=mlp", "step=500"], "unknown key step: did you mean steps?"),  # not Hydra's +step=
     (["log.evry=5"], "unknown key log.evry: did you mean log.every?"),
     (["task=mlp", "task.hidden=[64,0]"], "task.hidden must be"),
-    (["ops.legendre_p3=no_such_module:fn"], "No module named"),
+    (["ops.legendre_p3=no_such_module:fn"],  # where it was looked for
+     f"no module no_such_module in the current dir ({REPO}) or on PYTHONPATH ("),
+    (["task=mlp", "ops.activation=torch.nn.functional.silu"],  # a dot for the colon
+     "; did you mean torch.nn.functional:silu?"),
     (["task=mlp", "task.target=" + "x" * 200_000], "task.target must be"),
     (["task.n_points=1000000000000"], "the task does not fit in memory ("),
     (["task=mlp", "optimizer.lr=1e309"], "optimizer.lr must be a finite number, got inf"),
@@ -127,3 +130,24 @@ def test_a_run_names_its_dir_first_and_its_console_has_no_prefix_nor_profiler_li
     assert [line for line in lines if re.match(r"\[|USDT|STAGE|\[W", line)
             or "CPUAllocator" in line] == []
     assert any(line.startswith("profile of steps 2-4: ") for line in lines)
+
+
+def test_resume_of_a_sweeps_dir_names_its_runs(tmp_path, train_cli):
+    for job in ("0_seed=0", "1_seed=1"):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    done = train_cli(f"resume={tmp_path}")
+    assert (done.returncode, done.stderr) == (2, f"config error: resume={tmp_path}: {tmp_path} "
+                                                 "holds no run; its runs: 0_seed=0, 1_seed=1\n")
+
+
+def test_readmes_my_ops_are_in_docs_examples(monkeypatch):
+    """README's `my_ops:<name>` examples, with docs/examples on the path as README says."""
+    from fitting.opcheck.boundary import load
+
+    monkeypatch.syspath_prepend(str(REPO / "docs" / "examples"))
+    readme = (REPO / "README.md").read_text()
+    assert "PYTHONPATH=docs/examples" in readme
+    names = set(re.findall(r"my_ops:(\w+)", readme))
+    assert {"swish", "leaky", "my_layer_norm", "samples"} <= names
+    assert all(callable(load(f"my_ops:{name}")) for name in names)
