@@ -9,8 +9,7 @@ import torch
 
 from fitting.boundary import CannotRun
 from fitting.slots import OpRefused
-from fitting.uses import NAMES, NEEDS, judge, slot_case
-from fitting.verdict import RANK
+from fitting.uses import NAMES, NEEDS, decide, judge, slot_case
 
 
 def command(slot: str, choice: Any, dtype: torch.dtype, device: torch.device | str) -> str:
@@ -25,17 +24,22 @@ def command(slot: str, choice: Any, dtype: torch.dtype, device: torch.device | s
 
 def precheck(slot: str, fn: Callable, *, device: torch.device | str, dtype: torch.dtype,
              uses: tuple[str, ...] = ("training",), key: str | None = None,
-             choice: Any = "<your op>") -> None:
+             choice: Any = "<your op>") -> str | None:
     """The card's rows for `uses` of a user's op in its slot, against the slot's twin where it
-    computes the twin, else itself; OpRefused (one line) when a row is wrong or unsupported, or
-    the op cannot run."""
+    computes the twin (approximately or exactly), else itself, decided as the card decides
+    (fitting.uses.decide): OpRefused (one line) for what it refuses; the run's note line, or
+    None."""
     key, the_card = key or f"ops.{slot}", f" (the card: {command(slot, choice, dtype, device)})"
     try:
         rows = judge(slot_case(slot, fn, dtype, device), uses)
     except CannotRun as err:
         raise OpRefused(f"{key}: {err}{the_card}") from None
+    notes = []
     for use, found in rows.items():
-        status, text = max(found, key=lambda f: RANK.index(f[0]))
-        if status in ("wrong", "unsupported"):
+        status, action, text = decide(use, found)
+        if action == "refuse":
             also = f"; {NEEDS[use]} needs it" if use in NEEDS else ""
             raise OpRefused(f"{key}: {status} for {NAMES[use]}: {text}{also}{the_card}")
+        notes += [text] * (action == "note")
+    return f"note: {key}: {notes[0]}; the run goes on, its curves show whether it trains the " \
+        f"same{the_card}" if notes else None

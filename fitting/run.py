@@ -20,6 +20,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from fitting.boundary import limits
 from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
 from fitting.files import write_atomic
@@ -50,7 +51,7 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                                   if cfg.device == "auto" else str(cfg.device))
             dtype = getattr(torch, str(cfg.dtype))
             _torch_settings(cfg, stack)
-            ops = _prepare_ops(cfg, device, dtype)
+            ops, notes = _prepare_ops(cfg, device, dtype)
             with _as_config_error():
                 torch.manual_seed(cfg.seed)  # the model's initialization; data have their own
                 task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
@@ -66,6 +67,8 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
             info = _describe(cfg, device, ops)
             log.info("task=%s %s %s", info["task"], " ".join(
                 f"ops.{s}={t}" for s, t in info["ops"].items()), info["run"].split(" ", 1)[1])
+            for note in notes:
+                log.warning("%s", note)
             if not rundir.new:
                 log.info("resuming %s after step %d of %d (%s)", out, state.step, cfg.steps,
                          "resume=" if cfg.resume else "its own config: a restarted or requeued job")
@@ -77,10 +80,12 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                       WRITE_FAULT) from None
 
 
-def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype
+                 ) -> tuple[dict[str, Any], list[str]]:
     """The model's op in each slot (cfg.task.ops, built by Hydra through fitting.slots.op), a
-    user's op pre-checked for the uses this run makes of it; ConfigError if one is refused."""
-    ops, needs = {}, uses(_name(cfg.optimizer), cfg.compile)
+    user's op pre-checked for the uses this run makes of it; ConfigError if one is refused;
+    and the note lines of the ops that differ from their contracts."""
+    ops, needs, notes = {}, uses(_name(cfg.optimizer), cfg.compile), []
     for slot in cfg.task.ops:
         choice = _choice(cfg, slot)
         key = f"ops.{slot}={describe(choice)}"
@@ -88,11 +93,13 @@ def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> d
             ops[slot] = resolve(slot, choice, key)
         if choice not in ("custom", "builtin"):
             try:
-                precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice, key=key,
-                         uses=needs)
+                with limits(cfg.op_limit_s, cfg.op_first_limit_s):
+                    note = precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,
+                                    key=key, uses=needs)
             except OpRefused as err:  # its one line whole: it ends with the card's command
                 raise ConfigError(str(err)) from None
-    return ops
+            notes += [note] * bool(note)  # a first-order difference: the run answers it
+    return ops, notes
 
 
 def _choice(cfg: DictConfig, slot: str) -> str | dict:
