@@ -169,8 +169,8 @@ def render(title: str, found: dict[str, list[verdict.Finding]], strict: bool) ->
     stuck = [u for u, s in worst.items() if s == "cannot run"]
     notes = sum(s == "note" for f in found.values() for s, _ in f)
     code = 2 if stuck else 1 if wrong or (strict and notes) else 0
-    said = "; ".join([*([f"cannot run for {', '.join(stuck)}"] if stuck else []),
-                      f"wrong for {', '.join(wrong)}" if wrong else "nothing wrong" * (not stuck)])
+    said = "; ".join([f"cannot run for {', '.join(stuck)}"] * bool(stuck) + [
+        f"wrong for {', '.join(wrong)}" if wrong else "nothing wrong"] * bool(wrong or not stuck))
     note = f"{notes} note{'s' * (notes != 1)}" + ("" if strict else " (--strict fails on notes)")
     out.append(f"exit {code}: {said}" + (f"; {note}" if notes else ""))
     return "\n".join(out), code
