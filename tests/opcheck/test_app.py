@@ -5,7 +5,6 @@ the card fails for such a use, or one that cannot run, is one line, exit 2, and 
 import pytest
 
 import fitting.config  # noqa: F401  (registers the schemas before train_cli keeps Hydra's state)
-from fitting import boundary
 
 U, EX = "tests.opcheck.user_ops:", "docs.examples."
 
@@ -30,11 +29,9 @@ def refused(train_cli, tmp_path, *args):
     ("RaisesInBackward", "its backward on x, as the mlp calls it: ValueError: backward:"),
     ("AddOneNoDirty", "wrong for training: x, as the mlp calls it: it changes x in place"),
 ])
-def test_an_op_the_card_refuses_or_that_cannot_run_is_refused(op, says, train_cli, tmp_path,
-                                                              monkeypatch):
-    if op == "loops":  # a short limit only where the op hangs (see test_card)
-        monkeypatch.setattr(boundary, "FIRST_LIMIT_S", 0.5)
-    line = refused(train_cli, tmp_path, "task=mlp", f"ops.activation={U}{op}")
+def test_an_op_the_card_refuses_or_that_cannot_run_is_refused(op, says, train_cli, tmp_path):
+    limit = ["op_first_limit_s=0.5"] * (op == "loops")  # a short limit only where it hangs
+    line = refused(train_cli, tmp_path, "task=mlp", f"ops.activation={U}{op}", *limit)
     assert line.startswith(f"config error: ops.activation={U}{op}: ") and says in line, line
     assert line.endswith(f"(the card: python -m fitting.opcheck activation {U}{op})\n")
 
