@@ -296,15 +296,17 @@ def judge(case: Case, uses: tuple[str, ...], backend: str = "aot_eager"
           ) -> dict[str, list[Finding]]:
     """The findings of each of `uses`; a row other than training that cannot run says so, and
     the others still answer (CannotRun: the op cannot run as its models call it)."""
-    return {use: ROWS[use](case, backend) if use == "training" else row(ROWS[use], case, backend)
-            for use in uses}
+    return {use: row(ROWS[use], case, backend, must=use == "training") for use in uses}
 
 
-def row(f: Callable, *args) -> list[Finding]:
-    """A row's findings, or `cannot run` and why in one line (never a traceback)."""
+def row(f: Callable, *args, must: bool = False) -> list[Finding]:
+    """A row's findings, or `cannot run` and why in one line, never a traceback (`must`: the op
+    cannot run as its models call it, CannotRun, is the caller's)."""
     try:
         found = f(*args)
     except Exception as err:  # noqa: BLE001  a CannotRun, or an error no check foresaw
+        if must and isinstance(err, CannotRun):
+            raise
         return [("cannot run", line(err))]
     return found if isinstance(found, list) else [found]
 

@@ -160,16 +160,30 @@ def test_an_op_returning_float32_in_a_float64_run_cannot_run_in_card_and_app(cap
     assert done.returncode == 2 and "it returns tensor (4, 8) float32 on x" in done.stderr
 
 
-def test_a_row_that_cannot_run_says_so_and_the_others_answer(capsys, monkeypatch):
+@pytest.mark.parametrize(("use", "name"), [("forward_ad", "forward AD"),
+                                           ("training", "training")])
+def test_a_row_that_cannot_run_says_so_and_the_others_answer(capsys, monkeypatch, use, name):
     def broken(*args):
         raise RuntimeError("a check no one foresaw failed")
 
-    monkeypatch.setitem(cli.judge.__globals__["ROWS"], "forward_ad", broken)
+    monkeypatch.setitem(cli.judge.__globals__["ROWS"], use, broken)
     code, out = card(capsys, "activation", "custom")
-    assert code == 2 and status(out, "forward AD") == "cannot run", out
+    assert code == 2 and status(out, name) == "cannot run", out
     assert "RuntimeError: a check no one foresaw failed" in out
-    assert status(out, "second order") == "pass" and out.endswith("exit 2: cannot run for "
-                                                                  "forward AD\n")
+    assert status(out, "second order") == "pass" and out.endswith(f"exit 2: cannot run for "
+                                                                  f"{name}\n")
+    with pytest.raises(OpRefused, match=f"cannot run for {name}: RuntimeError: a check no one"):
+        precheck("activation", torch.relu, device="cpu", dtype=torch.float32,
+                 uses=("training", use))
+
+
+def test_an_op_returning_float32_for_float64_inputs_is_judged_at_float32(capsys):
+    code, out = card(capsys, "any", K + "SiLUFloat32", "--ref", "torch.nn.functional:silu",
+                     "--shape", "4,8", "--dtype", "float64")
+    assert code == 0 and status(out, "training") == "note", out  # no dtype error as a verdict
+    assert "forward and gradients as the reference's on 3 samples; gradcheck (float32)" in out
+    assert "note: it computes in float32 on float64 inputs: its checks ran at that precision" in out
+    assert "gradgradcheck (float32): analytical = numerical" in out
 
 
 def test_trains_the_same_gives_no_verdict_where_the_reference_diverges(capsys, trained):
