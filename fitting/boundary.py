@@ -27,8 +27,7 @@ def _expire(signum: int, frame: object) -> None:
 
 @contextmanager
 def limits(per_call: float, first: float) -> Iterator[None]:
-    """The time limits inside (the card's --limit/--first-limit, the app's op_limit_s and
-    op_first_limit_s), put back after."""
+    """The time limits inside (the card's --limit/--first-limit, the app's op_limit_s...)."""
     global LIMIT_S, FIRST_LIMIT_S
     before, (LIMIT_S, FIRST_LIMIT_S) = (LIMIT_S, FIRST_LIMIT_S), (per_call, first)
     try:

@@ -11,10 +11,9 @@ from collections.abc import Callable
 import torch
 
 from fitting.boundary import CannotRun, form, guarded
-from fitting.optim.derivatives import flatten, hessian, jacobian
+from fitting.optim.derivatives import FreshForward, hessian, jacobian, jacobian_by_backward
 from fitting.slots import SLOTS, line, param_names
 from fitting.verdict import (
-    RANK,
     TOL,
     Case,
     Finding,
@@ -76,26 +75,8 @@ SURROGATE = "its gradient is not its forward's derivative (a straight-through or
             "gradient?)"
 
 
-class _Fresh(torch.autograd.Function):
-    """f's outputs, each backward through a fresh forward of f: gradcheck of an op whose backward
-    runs once per forward (as activation checkpointing frees its saved inputs)."""
-
-    @staticmethod
-    def forward(ctx, f, *values):
-        ctx.f = f
-        ctx.save_for_backward(*values)
-        return tuple(o.detach() for o in f(*values))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        values = [v.detach().requires_grad_() for v in ctx.saved_tensors]
-        with torch.enable_grad():
-            return None, *torch.autograd.grad(ctx.f(*values), values, grads, allow_unused=True)
-
-
 def _once(fn: Callable, parts) -> bool:
-    """Whether fn's backward runs once per forward: a second backward through one graph raises
-    where the first did not."""
+    """Whether fn's backward runs once per forward: a second one through its graph raises."""
     leaves = {p: t.requires_grad_() for p, t in leaves_of(parts).items()}
     with guarded():
         loss = sum((o * incoming(o, k)).sum() for k, o in enumerate(call_on(fn, parts, leaves)))
@@ -130,7 +111,7 @@ def _check(check: Callable, fn: Callable, parts, dtype: torch.dtype = torch.floa
         return tuple(call_on(fn, parts, dict(zip(leaves, values, strict=True)), dtype))
 
     try:
-        f = (lambda *v: _Fresh.apply(outputs, *v)) if check is torch.autograd.gradcheck and \
+        f = (lambda *v: FreshForward.apply(outputs, *v)) if check is torch.autograd.gradcheck and \
             _once(fn, parts) else outputs
         loose = {} if dtype == torch.float64 else {"eps": 1e-3, "atol": 1e-3, "rtol": 1e-2}
         with guarded(), warnings.catch_warnings(action="ignore"):  # gradcheck's on float32
@@ -199,16 +180,10 @@ def second_order(case: Case, backend: str = "") -> list[Finding]:
 
 
 def _backward_jacobian(fn: Callable, parts) -> torch.Tensor:
-    """The (outputs, inputs that train) Jacobian by reverse mode, the op's backward, a fresh
-    forward for each row (a backward may run once per forward)."""
-    leaves, rows = leaves_of(parts), []
+    """The (outputs, inputs that train) Jacobian by the op's backward (reverse mode)."""
     with guarded():
-        for i in range(sum(o.numel() for o in call_on(fn, parts, leaves))):
-            ps = {p: t.clone().requires_grad_() for p, t in leaves.items()}
-            out = torch.cat([o.reshape(-1) for o in call_on(fn, parts, ps)])[i]
-            rows.append(flatten(torch.autograd.grad(out, list(ps.values()), allow_unused=True)
-                                if out.requires_grad else [None] * len(ps), list(ps.values())))
-    return torch.stack(rows)
+        return jacobian_by_backward(lambda p: torch.cat([o.reshape(-1) for o in
+                                                         call_on(fn, parts, p)]), leaves_of(parts))
 
 
 def forward_ad(case: Case, backend: str = "") -> list[Finding]:
@@ -309,21 +284,3 @@ def row(f: Callable, *args, must: bool = False) -> list[Finding]:
             raise
         return [("cannot run", line(err))]
     return found if isinstance(found, list) else [found]
-
-
-def decide(use: str, found: list[Finding]) -> tuple[str, str, str]:
-    """The one rule of the card and the app for a row: its verdict (the worst status), what the
-    app does (refuse, note, run) and why. The app refuses what cannot run, a tensor changed
-    behind autograd's back and a use other than training that fails; a first-order difference
-    from the contract, or a gradient without one that is not its forward's derivative, is a
-    note: the run answers whether it trains the same."""
-    status, text = max(found, key=lambda f: RANK.index(f[0]))
-    wrong = sorted((t for s, t in found if s == "wrong"), key=lambda t: "no gradient" not in t)
-    behind = [t for t in wrong if " in place " in t]
-    if status == "cannot run" or behind or status in ("wrong", "unsupported") and \
-            use != "training":
-        return status, "refuse", (behind or [text])[0]
-    if wrong:
-        return status, "note", f"it differs from its contract: {'; '.join(wrong[:2])}"
-    surrogate = [t for s, t in found if SURROGATE in t]
-    return status, "note" if surrogate else "run", (surrogate or [text])[0]

@@ -35,7 +35,7 @@ FORBIDDEN = {
 }
 # The source (fitting/, models/, train.py; the 80-line SLURM launcher aside): a learner reads it
 # in an afternoon.
-MAX_SOURCE_LINES = 5200
+MAX_SOURCE_LINES = 5350
 MAX_FUNCTION_LINES = 60
 MAX_FILE_LINES = 300
 

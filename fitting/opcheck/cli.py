@@ -19,8 +19,9 @@ from fitting import boundary, slots, verdict
 from fitting.boundary import CannotRun
 from fitting.opcheck.cost import cost
 from fitting.opcheck.trains import trains
+from fitting.precheck import decide
 from fitting.slots import OpRefused
-from fitting.uses import NAMES, decide, judge, library_opcheck, row, slot_case
+from fitting.uses import NAMES, judge, library_opcheck, row, slot_case
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}

@@ -1,4 +1,4 @@
-"""Ops of the kinds people write that a card once got wrong (issue 45), each written here for one
+"""Ops of the kinds people write that a card once got wrong, each written here for one
 kind: a backward that runs once per forward, a tensor changed behind autograd's back, a
 straight-through estimator, a gradient that differs on purpose, a slow first call, a weight that
 gets no gradient, float32 inside, and a reference that diverges where it is trained."""

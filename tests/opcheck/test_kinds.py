@@ -1,4 +1,4 @@
-"""Each kind of op of issue 45 (tests/opcheck/kinds.py) through the card (its verdict, its exit
+"""Each kind of op in tests/opcheck/kinds.py through the card (its verdict, its exit
 status, never a traceback) and through the app (`python train.py`: it runs, with one note line
 where the op differs from its contract, or it is refused in one line before anything is
 written), and the card and the app agreeing, as docs/ops.md's rule says."""
@@ -9,9 +9,8 @@ import torch
 from fitting import boundary
 from fitting.opcheck import cli
 from fitting.opcheck.cli import main
-from fitting.precheck import OpRefused, precheck
+from fitting.precheck import OpRefused, decide, precheck
 from fitting.slots import resolve
-from fitting.uses import decide
 from tests.opcheck import kinds
 
 K = "tests.opcheck.kinds:"
