@@ -52,8 +52,7 @@ def jacobian(residuals: Callable[[dict[str, Tensor] | None], Tensor],
                     leaves)
         columns = [torch.autograd.grad(gj, v, retain_graph=True, allow_unused=True)[0]
                    if gj.requires_grad else None for gj in g]
-    return torch.stack([torch.zeros_like(out) if c is None else c for c in columns],
-                       dim=1).detach()
+    return torch.stack([torch.zeros_like(out) if c is None else c for c in columns], dim=1).detach()
 
 
 def jacobian_by_backward(residuals: Callable[[dict[str, Tensor]], Tensor],
