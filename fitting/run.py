@@ -6,6 +6,7 @@ Stopped(line, exit code): 1 diverged, 74 a write failed, 128 + n stopped by sign
 import json
 import logging
 import os
+import shlex
 import signal
 import threading
 from collections.abc import Iterator
@@ -22,11 +23,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
-from fitting.files import write_atomic
+from fitting.files import NotAFile, write_atomic
 from fitting.loop import NonFinite, Run, SecondSignal, Signals, State, Stopped, evaluate, train
 from fitting.precheck import OpRefused, precheck
 from fitting.rundir import WRITE_FAULT, RunDir, fault, resume_command, resume_config
-from fitting.slots import describe, resolve, source, uses
+from fitting.slots import describe, line, resolve, source, uses
 from fitting.track.memory import peak_rss_bytes
 from fitting.track.tensorboard import TensorBoard
 
@@ -71,6 +72,8 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                          "resume=" if cfg.resume else "its own config: a restarted or requeued job")
             return _train(cfg, out, (task, optimizer, scheduler), state, ckpt, info, stack,
                           rundir.new)
+    except NotAFile as err:  # a link, dir or fifo planted where the app keeps a file
+        raise ConfigError(str(err)) from None
     except OSError as err:  # a full disk, a read-only dir: the path, the reason, what is left
         events = sorted(out.glob("events.out.tfevents.*"))  # TensorBoard's names no file
         raise Stopped(f"{fault(err, events[-1] if events else out)}; {last(ckpt)}",
@@ -163,7 +166,11 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
 
     loop = Run(cfg, task, optimizer, state, tb, signals, save, prof=prof, scheduler=scheduler,
                forward=torch.compile(task.model) if cfg.compile else task.model)
+    yours = [f"ops.{s}={t}" for s, t in info["ops"].items() if t not in ("custom", "builtin")]
     try:
+        if yours:  # a user's op calling os._exit ends the run in one line, not the process
+            stack.callback(setattr, os, "_exit", os._exit)
+            os._exit = _exited
         train(loop)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
             save("interrupted")
@@ -180,6 +187,9 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
                 task.summary(task.model)
         tb.hparams(info["ops"], info["run"])
         save("converged" if state.converged else "completed", summary)
+        if signals.signum not in (None, signal.SIGUSR2):  # during the end: the results are whole, the run stops
+            raise Stopped(f"stopped by {signal.Signals(signals.signum).name} at the run's end, "
+                          f"its results whole: {out / RESULTS}", 128 + signals.signum)
     except NonFinite as err:
         save("diverged")  # found on a logged step: the weights may be non-finite already
         message = (f"non-finite {err} at step {state.step} (checked on logged steps, "
@@ -190,12 +200,27 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
     except SecondSignal as err:
         raise Stopped(f"stopped at once by a second {signal.Signals(err.args[0]).name}; "
                       f"{last(ckpt)}", 128 + err.args[0]) from None
-    except OSError:
+    except (OSError, Exception, SystemExit, KeyboardInterrupt, _Exit) as err:
+        if isinstance(err, Stopped) or not isinstance(err, OSError) and not yours:
+            raise  # an error of the app's own code stays a traceback
         with suppress(OSError):
             _results(out, "failed", cfg, state, loop.times, info, {})
-        raise
+        if isinstance(err, OSError):
+            raise
+        off = "; grad mode was left off" * (not torch.is_grad_enabled())
+        raise Stopped(f"your op ({', '.join(yours)}) failed in training at step {state.step}, "
+                      f"not in its pre-check: {err if isinstance(err, _Exit) else line(err)}{off}; "
+                      f"{last(ckpt)}", 1) from None
     _closing(cfg, out, task, state, loop.times, summary, fig)
     return state.loss
+
+
+class _Exit(BaseException):
+    """os._exit(code) called by a user's op while the run trains: not the process's end."""
+
+
+def _exited(code: int) -> None:
+    raise _Exit(f"it called os._exit({code})")
 
 
 def _quiet_write_faults(stack: ExitStack) -> None:
@@ -230,7 +255,8 @@ def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[fl
              f"of training, median step {times[len(times) // 2]:.3f} ms{saved})",
              f"stopped: {why}",
              "at the end: " + ", ".join(f"{k}={v:.6g}" for k, v in summary.items()),
-             f"figure: {fig}", f"run dir: {out}", f"view it: tensorboard --logdir {out}"]
+             f"figure: {fig}", f"run dir: {out}",
+             f"view it: tensorboard --logdir {shlex.quote(str(out))}"]
     for text in lines:
         log.info("%s", text)
 

@@ -24,12 +24,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fitting.checkpoint import load
 from fitting.config import CHECKPOINT, REPO_ROOT, ConfigError, short
-from fitting.files import write_atomic
+from fitting.files import NotAFile, not_a_file, open_file, read_file, write_atomic
 
 LOCK, MADE = "run.lock", "FITTING_MADE_DIR"  # MADE: the dir this invocation made (inherited)
 KEPT = ("steps", "log", "ckpt", "threads", "on_nonfinite", "profile")  # a resume may change
 FIRST = ("task", "optimizer", "ops", "impl")  # the differences a refusal names first
 WRITE_FAULT = 74  # EX_IOERR: a write failed (full disk, read-only dir)
+APP_YAML = tuple(f".hydra/{name}.yaml" for name in ("config", "overrides", "hydra"))
+MAX_YAML = 1 << 20  # bytes of a run dir's YAML file read back (the app writes a few kB)
 
 
 class MadeHere(Callback):
@@ -92,9 +94,14 @@ class RunDir(AbstractContextManager):
         """Lock the dir, then decide once from its data: a new run (its .hydra/ written; None),
         this run continued (its checkpoint's payload, or None: from step 0), or ConfigError."""
         self._lock()
+        if (self.out / ".hydra").is_symlink():
+            raise not_a_file(self.out / ".hydra")
+        for name in (CHECKPOINT, "results.json", "train.log", *APP_YAML):
+            if os.path.lexists(self.out / name):  # NotAFile: a link, a dir, a fifo
+                os.close(open_file(self.out / name))
         config = self.out / ".hydra" / "config.yaml"
         stored = _read(config, dict) if cfg.resume or config.exists() else None
-        payload = load(self.out / CHECKPOINT) if (self.out / CHECKPOINT).is_file() else None
+        payload = load(self.out / CHECKPOINT) if (self.out / CHECKPOINT).exists() else None
         if stored is None and payload is None:
             self._own()
             self.new = True
@@ -134,7 +141,7 @@ class RunDir(AbstractContextManager):
         for _ in range(3):
             self.out.mkdir(parents=True, exist_ok=True)
             try:
-                f = open(self.out / LOCK, "a+")
+                f = os.fdopen(open_file(self.out / LOCK, os.O_RDWR | os.O_CREAT), "a+")
             except FileNotFoundError:
                 continue
             try:
@@ -191,28 +198,42 @@ def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _parse(override: str) -> tuple[str, Any]:
-    """(key, value) of an override as Hydra parses it (quotes, escapes); (it, None) if none."""
+    """(key, value) of an override as Hydra parses it (quotes, escapes); (it, ...) if none."""
     try:
         parsed = OverridesParser.create().parse_override(override)
     except HydraException:
-        return override, None
+        return override, ...
     return parsed.get_key_element().lstrip("+~"), parsed.value()
 
 
 def _user_op(override: str) -> bool:
-    """Whether an override names a user's op (anything but custom or builtin)."""
-    key, value = _parse(override)
-    return bool(re.fullmatch(r"([\w.]+\.)?ops\.\w+", key)) and value not in ("custom", "builtin")
+    """Whether an override could name code (resume= takes it only if the command line repeats
+    it): an op other than custom or builtin in any form (ops.<slot>=, ops={...}, +, ++, nested),
+    a _x_ key, an interpolation, a group choice that is not a plain name, an unparsable one."""
+    return _names_code(*_parse(override))
+
+
+def _names_code(key: str, value: Any) -> bool:
+    if isinstance(value, dict | list):
+        return any(_names_code(f"{key}.{k}", v) for k, v in
+                   (value.items() if isinstance(value, dict) else enumerate(value)))
+    if re.search(r"(^|\.)_\w+_($|\.)", key) or not isinstance(value, str | int | float | None):
+        return True
+    if re.fullmatch(r"([\w.]+\.)?ops\.\w+", key):
+        return value not in ("custom", "builtin")
+    return isinstance(value, str) and ("${" in value or "." not in key
+                                       and not re.fullmatch(r"[\w-]*", value))
 
 
 def resume_command(run_dir: Path) -> str:
     """The command that continues the run in `run_dir`, quoted for Hydra and the shell, with
     the user's ops its overrides.yaml names (resume= runs them only when repeated)."""
-    path = str(run_dir)
-    arg = f"resume={path}" if re.fullmatch(r"[\w/.+-]+", path) else \
-        '"resume=' + repr(path).replace('"', '\\"') + '"'
+    path = str(run_dir)  # Hydra's double quotes (its = and , would be parsed), then the shell's
+    value = path if re.fullmatch(r"[\w/.+-]+", path) else \
+        '"' + re.sub(r'(\\*)("|$)', lambda m: m[1] * 2 + '\\"' * bool(m[2]), path) + '"'
+    arg = shlex.quote(f"resume={value}")
     ops: list[str] = []
-    with suppress(ConfigError):
+    with suppress(ConfigError, OSError):
         ops = [shlex.quote(o) for o in map(str, _read(run_dir / ".hydra" / "overrides.yaml",
                                                       list)) if _user_op(o)]
     return " ".join(["python train.py", arg, *ops])
@@ -235,16 +256,15 @@ def resume_config(cfg: DictConfig, run_dir: Path, given: list[str]) -> DictConfi
         if parsed[0].split(".")[0] not in KEPT and parsed not in theirs:
             raise ConfigError("resume= continues the run's own config; only steps, log.*, "
                               f"ckpt.*, threads, on_nonfinite and profile may change, got {o[:60]}")
-    if any(_user_op(o) and parsed not in ours for o, parsed in zip(stored, theirs, strict=True)):
-        raise ConfigError(f"{where} names ops of yours ({', '.join(filter(_user_op, stored))}): "
-                          "resume= runs nothing a run dir names unless the command line repeats "
-                          f"it; if you trust it: {resume_command(where)}")
     for o in stored:
-        key, _, value = o.lstrip("+~").partition("=")
-        if not _user_op(o) and (key.startswith("hydra") or "/" in value and "." not in key
-                                or re.search(r"(^|\W)_\w+_(\W|$)", o)):
+        if o.lstrip("+~").startswith("hydra"):
             raise ConfigError(f"{where}/.hydra/overrides.yaml sets {short(o, 60)}, which resume "
                               "does not take from a run dir (it could run code); not resumed")
+    if code := [o for o, parsed in zip(stored, theirs, strict=True)
+                if _user_op(o) and parsed not in ours]:
+        raise ConfigError(f"{where} names ops or code of yours ({', '.join(code)}): resume= runs "
+                          "nothing a run dir names unless the command line repeats it; if you "
+                          f"trust it: {resume_command(where)}")
     overrides = [*stored, *(o for o, parsed in zip(new, ours, strict=True) if parsed not in theirs)]
     try:
         if GlobalHydra.instance().is_initialized():  # inside train.py's Hydra app
@@ -259,13 +279,29 @@ def resume_config(cfg: DictConfig, run_dir: Path, given: list[str]) -> DictConfi
     return composed
 
 
+class _NoAliases(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing aliases: the app writes none (an alias bomb stops)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("an alias (*name), which the app never writes")
+        return super().compose_node(parent, index)
+
+
 def _read(path: Path, kind: type) -> Any:
-    """A YAML file of the run dir as plain data (yaml.safe_load: no tags, no objects)."""
+    """A YAML file of the run dir as plain data: no link followed, at most MAX_YAML bytes, no
+    tags, objects or aliases."""
     try:
-        data = yaml.safe_load(path.read_text())
+        text = read_file(path, MAX_YAML)
+        if len(text) > MAX_YAML:
+            raise ConfigError(f"{path} is over {MAX_YAML} bytes (the app writes a few kB); "
+                              "not resumed")
+        data = yaml.load(text.decode(), Loader=_NoAliases)  # noqa: S506  safe_load's, less aliases
     except FileNotFoundError:
         raise ConfigError(f"{path} is missing (the run dir's config is needed); not resumed") \
             from None
+    except NotAFile:
+        raise
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         why = getattr(err, "strerror", None) or f"not whole YAML: {short(err, 50)}"
         raise ConfigError(f"{path} cannot be read ({why}); not resumed") from None
