@@ -43,13 +43,14 @@ class Checkpoint:
 
 def load(path: Path) -> dict[str, Any]:
     """The payload of checkpoint.pt, checked: a damaged, crafted or foreign file is one line."""
-    data = io.BytesIO(read_file(path))  # NotAFile: a link or a dir is not read, nor replaced
+    data = read_file(path)  # NotAFile: a link or a dir is not read, nor replaced
     try:
-        with zipfile.ZipFile(data) as archive:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
             damaged = archive.testzip()  # torch.load does not check the CRCs
-        payload = None if damaged else torch.load(data, map_location="cpu", weights_only=True)
+        payload = None if damaged else torch.load(io.BytesIO(data), map_location="cpu",
+                                                  weights_only=True)
     except zipfile.BadZipFile:
-        raise _bad(path, "is empty" if not data.getvalue() else
+        raise _bad(path, "is empty" if not data else
                    "is truncated or not a checkpoint (not a whole zip)") from None
     except Exception as err:  # noqa: BLE001  OSError, UnpicklingError, RuntimeError, ...
         raise _bad(path, f"is not a checkpoint weights_only can read ({short(err)})") from None

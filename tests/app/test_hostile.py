@@ -1,0 +1,170 @@
+"""Issue 43, each case as a hostile but realistic user meets it: a run dir planted with code,
+links, dirs and crafted files; user code that misbehaves only in training; absurd values;
+errors of the environment. No code from the dir runs, no file outside it changes, no traceback,
+no hang, no exit 0 for a run that did not finish, nothing already written is lost."""
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from fitting.tasks import Poly3Task
+from tests.helpers.train_cli import REPO, TRAIN, user_env
+from tests.train.helpers import go, results, signal_at
+
+EVIL = '''import pathlib
+pathlib.Path(__file__).with_name("MARKER").write_text("imported")
+def f(x):
+    return 0.5 * (5 * x**3 - 3 * x)
+'''
+
+
+def files(out):
+    return {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def one_line(done, code):
+    assert (done.returncode, done.stderr.count("\n")) == (code, 1), done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    return done.stderr
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("finished") / "run"
+    go(out, "steps=6", "ckpt.every=3")
+    return out
+
+
+@pytest.fixture
+def planted(finished, tmp_path, monkeypatch):
+    """A copy of a finished run in a dir that also holds evilmod.py, importable."""
+    (tmp_path / "evilmod.py").write_text(EVIL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EVIL", "evilmod:f")
+    shutil.copytree(finished, tmp_path / "run")
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("form", [
+    "ops={legendre_p3:'evilmod:f'}", "+ops={legendre_p3:'evilmod:f'}",
+    "++ops.legendre_p3=evilmod:f", "task.ops.legendre_p3=evilmod:f",
+    "ops.legendre_p3={_target_:evilmod.f,_partial_:true}", "ops.legendre_p3=${oc.env:EVIL}",
+    "+evil=evilmod:f", "optimizer={_target_:evilmod.f}"])
+def test_resume_imports_nothing_the_run_dir_names_in_any_form(form, planted, train_cli):
+    (planted / "checkpoint.pt").unlink()
+    with open(planted / ".hydra" / "overrides.yaml", "a") as f:
+        f.write(yaml.safe_dump([form]))
+    before = files(planted)
+    line = one_line(train_cli(f"resume={planted}", "steps=9"), 2)
+    assert line.startswith(f"config error: {planted} names ops or code of yours ({form})")
+    assert line.endswith(f"if you trust it: python train.py resume={planted} {shlex.quote(form)}\n")
+    assert not (planted.parent / "MARKER").exists() and files(planted) == before
+
+
+@pytest.mark.parametrize("crafted", ["alias bomb", "2 MB"])
+def test_a_crafted_config_yaml_is_one_line_at_once(crafted, planted, train_cli):
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(12))
+    (planted / ".hydra" / "config.yaml").write_text(
+        bomb if crafted == "alias bomb" else "seed: 0\n" * (1 << 18))
+    line = one_line(train_cli(f"resume={planted}", "steps=9"), 2)
+    assert line.startswith(f"config error: {planted / '.hydra' / 'config.yaml'} ")
+    assert ("an alias" if crafted == "alias bomb" else "is over 1048576 bytes") in line
+    assert results(planted)["status"] == "completed"
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_planted_run_lock_link_changes_nothing_outside_the_dir(resume, planted, tmp_path,
+                                                                 train_cli):
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine")
+    out = planted if resume else tmp_path / "new"
+    out.mkdir(exist_ok=True)
+    (out / "run.lock").symlink_to(precious)
+    done = train_cli(*([f"resume={out}", "steps=9"] if resume else [f"hydra.run.dir={out}"]))
+    assert one_line(done, 2) == (f"config error: {out / 'run.lock'} is a link, where the app keeps"
+                                 " its own; it is never followed nor replaced: remove it, or run "
+                                 "in another dir\n")
+    assert precious.read_text() == "mine" and (out / "run.lock").is_symlink()
+
+
+@pytest.mark.parametrize("name", ["checkpoint.pt", "results.json", ".hydra"])
+def test_a_dir_or_link_where_a_file_belongs_is_refused_and_nothing_changes(name, planted, tmp_path,
+                                                                           train_cli):
+    if name == ".hydra":
+        shutil.move(planted / ".hydra", tmp_path / "elsewhere")
+        (planted / ".hydra").symlink_to(tmp_path / "elsewhere")
+    else:
+        (planted / name).unlink()
+        (planted / name).mkdir()
+    before = files(planted)
+    line = one_line(train_cli("steps=6", "ckpt.every=3", f"hydra.run.dir={planted}"), 2)
+    assert line.startswith(f"config error: {planted / name} is a ")
+    assert files(planted) == before
+
+
+def test_files_are_written_with_the_users_umask(tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, TRAIN, "steps=3", f"hydra.run.dir={out}"], cwd=REPO,
+                          env=user_env(), capture_output=True, preexec_fn=lambda: os.umask(0o077))
+    assert done.returncode == 0, done.stderr
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.rglob("*") if p.is_file()}
+    assert modes["results.json"] == modes["checkpoint.pt"] == modes["config.yaml"] == 0o600, modes
+    assert all(mode & 0o077 == 0 for mode in modes.values()), modes
+
+
+def test_a_printed_resume_command_is_safe_to_paste(tmp_path, train_cli, monkeypatch):
+    out = tmp_path / "x_$(touch PWNED)_`touch PWNED2`_'q'\"d\"_a\nb\tc"
+    signal_at(monkeypatch, Poly3Task, 3, signal.SIGTERM)
+    quoted = str(out).replace("'", "\\'")  # for Hydra's grammar
+    stopped = train_cli("steps=8", f"hydra.run.dir='{quoted}'")
+    assert stopped.returncode == 128 + signal.SIGTERM and (out / "checkpoint.pt").is_file()
+    command = stopped.stderr.rsplit("resume with: ", 1)[1].removesuffix("\n")
+    pasted = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.split(" ", 2)[2]],
+                            cwd=tmp_path, capture_output=True, check=True).stdout
+    assert pasted.split(b"\0")[0].decode() == shlex.split(command)[2]
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
+    monkeypatch.undo()
+    resumed = train_cli(*shlex.split(command)[2:])
+    assert resumed.returncode == 0, resumed.stderr
+    assert results(out)["status"] == "completed" and results(out)["step"] == 8
+
+
+OPS = '''import os, sys, threading, torch
+calls = 0
+def relu(x):
+    """relu; misbehaves only at the mlp's training batch (256), from its 7th call (step 3)."""
+    global calls
+    calls += x.shape[0] == 256
+    if calls >= 7:
+        HOW
+    return torch.relu(x)
+'''
+MISDEEDS = {"raises": "raise ValueError('only at the training batch size')",
+            "grad_off": "torch.set_grad_enabled(False)", "sys_exit": "sys.exit(0)",
+            "os_exit": "os._exit(0)"}
+
+
+@pytest.mark.parametrize("how", MISDEEDS)
+def test_an_op_that_misbehaves_only_in_training_is_one_line_and_keeps_the_checkpoint(how,
+                                                                                     tmp_path):
+    (tmp_path / "bad_ops.py").write_text(OPS.replace("HOW", MISDEEDS[how]))
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, TRAIN, "task=mlp", "steps=8", "ckpt.every=2",
+                           "ops.activation=bad_ops:relu", f"hydra.run.dir={out}"], cwd=tmp_path,
+                          env={**user_env(), "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=300)
+    line = one_line(done, 1)
+    assert line.startswith("your op (ops.activation=bad_ops:relu @") and \
+        " failed in training at step 3, not in its pre-check: " in line, line
+    assert f"the last good checkpoint is {out / 'checkpoint.pt'} (after step 2)" in line
+    assert results(out)["status"] == "failed" and torch.load(
+        out / "checkpoint.pt", weights_only=True)["step"] == 2
