@@ -3,6 +3,7 @@
 import os
 import signal
 import sys
+import threading
 
 SWEEP = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])
 
@@ -53,4 +54,14 @@ if __name__ == "__main__":
     if SWEEP and any(arg.startswith("resume=") for arg in sys.argv[1:]):
         print("config error: resume= continues one run: leave -m/--multirun out", file=sys.stderr)
         sys.exit(2)
-    main()
+    before, code = set(threading.enumerate()), 0
+    try:
+        main()
+    except SystemExit as end:
+        code = end.code if isinstance(end.code, int) else 1
+    if left := [t.name for t in set(threading.enumerate()) - before if not t.daemon]:
+        print(f"the run's user code left threads running ({', '.join(left)}); the process ends "
+              "without waiting for them: start them with daemon=True, or join them",
+              file=sys.stderr, flush=True)
+        os._exit(code or 1)  # Python's own exit would wait for them forever
+    sys.exit(code)

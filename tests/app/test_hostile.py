@@ -168,3 +168,82 @@ def test_an_op_that_misbehaves_only_in_training_is_one_line_and_keeps_the_checkp
     assert f"the last good checkpoint is {out / 'checkpoint.pt'} (after step 2)" in line
     assert results(out)["status"] == "failed" and torch.load(
         out / "checkpoint.pt", weights_only=True)["step"] == 2
+
+
+def test_an_op_in_a_sweep_that_fails_in_training_is_its_jobs_line_and_the_rest_run(
+        tmp_path, train_cli, monkeypatch):
+    (tmp_path / "sweep_ops.py").write_text(OPS.replace("HOW", MISDEEDS["raises"]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    done = train_cli("-m", "task=mlp", "steps=8", "ops.activation=sweep_ops:relu,builtin",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert "Traceback" not in done.stderr and done.stderr.count("your op (") == 1, done.stderr
+    jobs = sorted((tmp_path / "sweep").glob("[0-9]_*"))
+    assert [results(job)["status"] for job in jobs] == ["failed", "completed"]
+
+
+def test_an_op_module_that_leaves_a_thread_running_does_not_hang_the_process(tmp_path):
+    (tmp_path / "threaded.py").write_text(
+        "import threading, time, torch\nthreading.Thread(target=time.sleep, args=(3600,), "
+        "name='forever').start()\nrelu = torch.relu\n")
+    done = subprocess.run([sys.executable, TRAIN, "task=mlp", "steps=3", "ops.activation="
+                           "threaded:relu", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path,
+                          env={**user_env(), "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=300)
+    assert one_line(done, 1).startswith("the run's user code left threads running (forever)")
+
+
+@pytest.mark.parametrize("arg, line", [
+    ("threads=100000", f"threads must be <= {os.cpu_count()} (this machine's cores), got 100000"),
+    (f"steps={2**70}", f"steps must be <= {2**63 - 1} (a step TensorBoard holds), got {2**70}")])
+def test_absurd_values_are_one_line(arg, line, tmp_path, train_cli):
+    done = train_cli(arg, f"hydra.run.dir={tmp_path / 'run'}")
+    assert one_line(done, 2) == f"config error: {line}\n" and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("crafted", ["step 2**70", "NaN weights"])
+def test_a_crafted_checkpoint_is_never_the_last_good_one(crafted, planted, train_cli):
+    payload = torch.load(planted / "checkpoint.pt", weights_only=True)
+    if crafted == "NaN weights":
+        next(iter(payload["model"].values())).fill_(float("nan"))
+    else:
+        payload["step"] = payload["loop"]["step"] = payload["config"]["steps"] = 2**70
+    torch.save(payload, planted / "checkpoint.pt")
+    before = files(planted)
+    line = one_line(train_cli(f"resume={planted}", "steps=9"), 2)
+    assert line.startswith(f"config error: {planted / 'checkpoint.pt'} holds ")
+    assert ("non-finite weights" if crafted == "NaN weights" else "crafted or foreign") in line
+    assert files(planted) == before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_runs_end_is_its_exit_code_and_the_results_are_whole(
+        signum, tmp_path, train_cli, monkeypatch):
+    figure = Poly3Task.figure
+
+    def signalled(self, *args):
+        signal.raise_signal(signum)
+        return figure(self, *args)
+
+    monkeypatch.setattr(Poly3Task, "figure", signalled)
+    out = tmp_path / "run"
+    line = one_line(train_cli("steps=5", f"hydra.run.dir={out}"), 128 + signum)
+    assert line == (f"stopped by {signal.Signals(signum).name} at the run's end, its results "
+                    f"whole: {out / 'results.json'}\n")
+    assert results(out)["status"] == "completed" and results(out)["step"] == 5
+
+
+def test_a_slurm_submission_refused_is_one_line(tmp_path, train_cli, monkeypatch):
+    """A fake sbatch on PATH answers as SLURM does for hydra.launcher.partition=nope."""
+    (tmp_path / "sbatch").write_text(
+        "#!/bin/sh\necho 'sbatch: error: invalid partition specified: nope' >&2\necho 'sbatch: "
+        "error: Batch job submission failed: Invalid partition name specified' >&2\nexit 1\n")
+    (tmp_path / "srun").write_text("#!/bin/sh\n")  # submitit looks for it
+    for name in ("sbatch", "srun"):
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    done = train_cli("-m", "hydra/launcher=slurm", "hydra.launcher.partition=nope",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[0] == (
+        "SLURM refused the sweep's jobs: sbatch: error: Batch job submission failed: Invalid "
+        "partition name specified; check hydra.launcher.*"), done.stderr
