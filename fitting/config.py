@@ -120,7 +120,7 @@ def register() -> None:
         "repo_root": lambda: str(REPO_ROOT),
         # hydra.run.dir: resume=DIR runs in DIR (a dir: fitting.rundir decides), else a new dir
         "run_dir": lambda resume, new: str(Path(resume).expanduser().resolve())
-        if resume and Path(resume).expanduser().is_dir() else new,
+        if resume and os.path.isdir(os.path.expanduser(resume)) else new,  # no PermissionError
         # --help's choices: the names of conf/<group>/*.yaml
         "options": lambda group: "|".join(
             sorted(p.stem for p in (REPO_ROOT / "conf" / group).glob("*.yaml"))),

@@ -187,7 +187,7 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
                 task.summary(task.model)
         tb.hparams(info["ops"], info["run"])
         save("converged" if state.converged else "completed", summary)
-        if signals.signum not in (None, signal.SIGUSR2):  # during the end: the results are whole, the run stops
+        if signals.signum not in (None, signal.SIGUSR2):  # during the end: results whole, stop
             raise Stopped(f"stopped by {signal.Signals(signals.signum).name} at the run's end, "
                           f"its results whole: {out / RESULTS}", 128 + signals.signum)
     except NonFinite as err:

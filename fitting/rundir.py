@@ -49,14 +49,14 @@ class MadeHere(Callback):
 
 def _make(path: str) -> None:
     path = Path(os.path.abspath(path))
-    missing = [d for d in (path, *path.parents) if not d.exists()]
     os.environ.pop(MADE, None)
-    if missing:
-        try:
+    try:  # a dir the user cannot enter (another user's 0700) fails here too
+        if missing := [d for d in (path, *path.parents) if not d.exists()]:
             missing[0].mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            print(fault(err), file=sys.stderr, flush=True)
-            sys.exit(WRITE_FAULT)
+    except OSError as err:
+        print(fault(err), file=sys.stderr, flush=True)
+        sys.exit(WRITE_FAULT)
+    if missing:
         os.environ[MADE] = str(missing[-1])  # the top dir made: a refused run removes up to it
 
 
@@ -243,6 +243,9 @@ def resume_config(cfg: DictConfig, run_dir: Path, given: list[str]) -> DictConfi
     """resume=DIR: conf/ composed with DIR's overrides.yaml (data: no _target_, no hydra.*, a
     user's op only if `given` repeats it) and the KEPT keys `given` sets."""
     where = Path(cfg.resume).expanduser().resolve()
+    if not all(os.access(d, os.X_OK) for d in (where.parent, where) if os.path.isdir(d)):
+        raise ConfigError(f"resume={cfg.resume}: {where} cannot be entered (permission denied: "
+                          "another user's dir?)")
     if not (where / CHECKPOINT).is_file() and not (where / ".hydra" / "config.yaml").is_file():
         raise ConfigError(f"resume={cfg.resume}: {where} " + (
             "is a file; give the run dir that holds it" if where.is_file() else

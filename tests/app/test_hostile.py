@@ -247,3 +247,24 @@ def test_a_slurm_submission_refused_is_one_line(tmp_path, train_cli, monkeypatch
     assert done.stderr.splitlines()[0] == (
         "SLURM refused the sweep's jobs: sbatch: error: Batch job submission failed: Invalid "
         "partition name specified; check hydra.launcher.*"), done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and "
+                    "setpriv to drop the capabilities that let root enter any dir")
+def test_another_users_0700_dir_is_one_line(tmp_path_factory):
+    """Root without CAP_DAC_OVERRIDE/READ_SEARCH meets permissions as another user does."""
+    shared = tmp_path_factory.mktemp("shared")
+    secret = shared / "secret"
+    (secret / "run").mkdir(parents=True)
+    shutil.chown(secret, "nobody")
+    secret.chmod(0o700)
+    lines = {}
+    for arg in (f"hydra.run.dir={secret / 'run'}", f"hydra.run.dir={secret / 'new'}",
+                f"resume={secret / 'run'}"):
+        done = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search",
+                               sys.executable, TRAIN, "steps=3", arg], cwd=REPO,
+                              env=user_env(), capture_output=True, text=True, timeout=120)
+        lines[arg.split("=")[0]] = one_line(done, 74 if arg.startswith("hydra") else 2)
+    assert lines["hydra.run.dir"] == f"could not write {secret / 'new'}: Permission denied\n"
+    assert lines["resume"] == (f"config error: resume={secret / 'run'}: {secret / 'run'} cannot "
+                               "be entered (permission denied: another user's dir?)\n")
