@@ -51,6 +51,9 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                                   if cfg.device == "auto" else str(cfg.device))
             dtype = getattr(torch, str(cfg.dtype))
             _torch_settings(cfg, stack)
+            if any(_choice(cfg, slot) not in ("custom", "builtin") for slot in cfg.task.ops):
+                stack.callback(setattr, os, "_exit", os._exit)  # a user's op calling os._exit
+                os._exit = _exited  # ends the run in one line, not the process with exit 0
             ops = _prepare_ops(cfg, device, dtype)
             with _as_config_error():
                 torch.manual_seed(cfg.seed)  # the model's initialization; data have their own
@@ -72,6 +75,9 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                          "resume=" if cfg.resume else "its own config: a restarted or requeued job")
             return _train(cfg, out, (task, optimizer, scheduler), state, ckpt, info, stack,
                           rundir.new)
+    except _Exit as err:  # in its import or pre-check (in training: _train's one line)
+        raise ConfigError(f"your op called {err} as it was imported or pre-checked; an op "
+                          "returns or raises") from None
     except NotAFile as err:  # a link, dir or fifo planted where the app keeps a file
         raise ConfigError(str(err)) from None
     except OSError as err:  # a full disk, a read-only dir: the path, the reason, what is left
@@ -168,9 +174,6 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
                forward=torch.compile(task.model) if cfg.compile else task.model)
     yours = [f"ops.{s}={t}" for s, t in info["ops"].items() if t not in ("custom", "builtin")]
     try:
-        if yours:  # a user's op calling os._exit ends the run in one line, not the process
-            stack.callback(setattr, os, "_exit", os._exit)
-            os._exit = _exited
         train(loop)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
             save("interrupted")
@@ -207,20 +210,19 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
             _results(out, "failed", cfg, state, loop.times, info, {})
         if isinstance(err, OSError):
             raise
-        off = "; grad mode was left off" * (not torch.is_grad_enabled())
+        why = f"it called {err}" if isinstance(err, _Exit) else line(err)
         raise Stopped(f"your op ({', '.join(yours)}) failed in training at step {state.step}, "
-                      f"not in its pre-check: {err if isinstance(err, _Exit) else line(err)}{off}; "
-                      f"{last(ckpt)}", 1) from None
+                      f"not in its pre-check: {why}; {last(ckpt)}", 1) from None
     _closing(cfg, out, task, state, loop.times, summary, fig)
     return state.loss
 
 
 class _Exit(BaseException):
-    """os._exit(code) called by a user's op while the run trains: not the process's end."""
+    """os._exit(code) called by a user's op while the run lives: not the process's end."""
 
 
 def _exited(code: int) -> None:
-    raise _Exit(f"it called os._exit({code})")
+    raise _Exit(f"os._exit({code})")
 
 
 def _quiet_write_faults(stack: ExitStack) -> None:

@@ -151,6 +151,8 @@ def relu(x):
 MISDEEDS = {"raises": "raise ValueError('only at the training batch size')",
             "grad_off": "torch.set_grad_enabled(False)", "sys_exit": "sys.exit(0)",
             "os_exit": "os._exit(0)"}
+SAID = {"raises": "ValueError: only at the training batch size", "grad_off": "does not require grad",
+        "sys_exit": "SystemExit: 0", "os_exit": "it called os._exit(0)"}
 
 
 @pytest.mark.parametrize("how", MISDEEDS)
@@ -166,8 +168,20 @@ def test_an_op_that_misbehaves_only_in_training_is_one_line_and_keeps_the_checkp
     assert line.startswith("your op (ops.activation=bad_ops:relu @") and \
         " failed in training at step 3, not in its pre-check: " in line, line
     assert f"the last good checkpoint is {out / 'checkpoint.pt'} (after step 2)" in line
+    assert SAID[how] in line, line
     assert results(out)["status"] == "failed" and torch.load(
         out / "checkpoint.pt", weights_only=True)["step"] == 2
+
+
+def test_an_op_module_that_calls_os_exit_as_it_is_imported_is_one_line(tmp_path):
+    (tmp_path / "exits.py").write_text("import os\nos._exit(0)\n")
+    done = subprocess.run([sys.executable, TRAIN, "task=mlp", "ops.activation=exits:relu",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path,
+                          env={**user_env(), "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=300)
+    assert one_line(done, 2) == ("config error: your op called os._exit(0) as it was imported or "
+                                 "pre-checked; an op returns or raises\n")
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_op_in_a_sweep_that_fails_in_training_is_its_jobs_line_and_the_rest_run(
