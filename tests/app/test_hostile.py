@@ -195,6 +195,20 @@ def test_an_op_in_a_sweep_that_fails_in_training_is_its_jobs_line_and_the_rest_r
     assert [results(job)["status"] for job in jobs] == ["failed", "completed"]
 
 
+@pytest.mark.slow
+def test_an_op_in_a_joblib_sweep_that_fails_in_training_is_one_line_and_a_row(tmp_path):
+    (tmp_path / "joblib_ops.py").write_text(OPS.replace("HOW", MISDEEDS["raises"]))
+    done = subprocess.run([sys.executable, TRAIN, "-m", "hydra/launcher=joblib", "task=mlp",
+                           "steps=8", "ops.activation=joblib_ops:relu,builtin",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path,
+                          env={**user_env(), "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=300)
+    assert "Traceback" not in done.stdout + done.stderr and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("your op (ops.activation=joblib_ops:relu @")  # the exit: g44's
+    jobs = sorted((tmp_path / "sweep").glob("[0-9]_*"))
+    assert [results(job)["status"] for job in jobs] == ["failed", "completed"]
+
+
 def test_an_op_module_that_leaves_a_thread_running_does_not_hang_the_process(tmp_path):
     (tmp_path / "threaded.py").write_text(
         "import threading, time, torch\nthreading.Thread(target=time.sleep, args=(3600,), "
