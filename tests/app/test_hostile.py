@@ -96,6 +96,15 @@ def test_a_planted_run_lock_link_changes_nothing_outside_the_dir(resume, planted
     assert precious.read_text() == "mine" and (out / "run.lock").is_symlink()
 
 
+def test_a_planted_figure_link_is_replaced_not_followed(tmp_path, train_cli):
+    precious, out = tmp_path / "precious.png", tmp_path / "run"
+    precious.write_bytes(b"mine")
+    out.mkdir()
+    (out / "fit_step000005.png").symlink_to(precious)  # the end figure of a 5-step run
+    assert train_cli("steps=5", f"hydra.run.dir={out}").returncode == 0
+    assert precious.read_bytes() == b"mine" and not (out / "fit_step000005.png").is_symlink()
+
+
 @pytest.mark.parametrize("name", ["checkpoint.pt", "results.json", ".hydra"])
 def test_a_dir_or_link_where_a_file_belongs_is_refused_and_nothing_changes(name, planted, tmp_path,
                                                                            train_cli):
