@@ -1,6 +1,7 @@
 """The boundary around a user's code (its import, its op's forward and backward): every way it can
 fail to return is one line (CannotRun), never a traceback, a hang or the process's end."""
 
+import os
 import signal
 import threading
 import time
@@ -39,8 +40,9 @@ def guarded() -> Iterator[None]:
     except _Expired:
         raise CannotRun(f"it did not return within {LIMIT_S:g} s (the limit per call): "
                         "an endless loop or a wait?") from None
-    except SystemExit as err:
-        raise CannotRun(f"it called sys.exit({err.code!r}); an op returns or raises") from None
+    except (SystemExit, Exited) as err:
+        raise CannotRun(f"it called {'sys.exit' if isinstance(err, SystemExit) else 'os._exit'}"
+                        f"({err.code!r}); an op returns or raises") from None
     except KeyboardInterrupt:
         raise CannotRun("it raised KeyboardInterrupt (or Ctrl-C stopped it)") from None
     except (MemoryError, RuntimeError) as err:
@@ -57,6 +59,29 @@ def guarded() -> Iterator[None]:
             if outer:
                 left = max(outer - (time.monotonic() - start), 1e-3)
                 signal.setitimer(signal.ITIMER_REAL, left, interval)
+
+
+class Exited(BaseException):
+    """os._exit(code) called by user code under no_exit(): not the process's end."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"it called os._exit({code})")
+        self.code = code
+
+
+@contextmanager
+def no_exit() -> Iterator[None]:
+    """While a user's op may run (its import, pre-check, training): os._exit raises Exited, so
+    that the run ends in one line, not the process with exit 0 and nothing said."""
+    real, os._exit = os._exit, _raise_exited
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
+def _raise_exited(code: int) -> None:
+    raise Exited(code)
 
 
 def form(obj: object) -> str:

@@ -22,12 +22,9 @@ def open_file(path: str | os.PathLike, flags: int = os.O_RDONLY) -> int:
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as err:
-        if err.errno not in (errno.ELOOP, errno.EISDIR):
-            raise
-        fd = None
-    if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
-        if fd is not None:
-            os.close(fd)
+        raise not_a_file(path) if err.errno in (errno.ELOOP, errno.EISDIR) else err from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         raise not_a_file(path)
     return fd
 

@@ -21,6 +21,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from fitting.boundary import Exited, no_exit
 from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
 from fitting.files import NotAFile, write_atomic
@@ -52,8 +53,7 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
             dtype = getattr(torch, str(cfg.dtype))
             _torch_settings(cfg, stack)
             if any(_choice(cfg, slot) not in ("custom", "builtin") for slot in cfg.task.ops):
-                stack.callback(setattr, os, "_exit", os._exit)  # a user's op calling os._exit
-                os._exit = _exited  # ends the run in one line, not the process with exit 0
+                stack.enter_context(no_exit())  # your op's os._exit: one line, not exit 0
             ops = _prepare_ops(cfg, device, dtype)
             with _as_config_error():
                 torch.manual_seed(cfg.seed)  # the model's initialization; data have their own
@@ -75,9 +75,6 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                          "resume=" if cfg.resume else "its own config: a restarted or requeued job")
             return _train(cfg, out, (task, optimizer, scheduler), state, ckpt, info, stack,
                           rundir.new)
-    except _Exit as err:  # in its import or pre-check (in training: _train's one line)
-        raise ConfigError(f"your op called {err} as it was imported or pre-checked; an op "
-                          "returns or raises") from None
     except NotAFile as err:  # a link, dir or fifo planted where the app keeps a file
         raise ConfigError(str(err)) from None
     except OSError as err:  # a full disk, a read-only dir: the path, the reason, what is left
@@ -172,7 +169,6 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
 
     loop = Run(cfg, task, optimizer, state, tb, signals, save, prof=prof, scheduler=scheduler,
                forward=torch.compile(task.model) if cfg.compile else task.model)
-    yours = [f"ops.{s}={t}" for s, t in info["ops"].items() if t not in ("custom", "builtin")]
     try:
         train(loop)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
@@ -203,26 +199,23 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
     except SecondSignal as err:
         raise Stopped(f"stopped at once by a second {signal.Signals(err.args[0]).name}; "
                       f"{last(ckpt)}", 128 + err.args[0]) from None
-    except (OSError, Exception, SystemExit, KeyboardInterrupt, _Exit) as err:
-        if isinstance(err, Stopped) or not isinstance(err, OSError) and not yours:
-            raise  # an error of the app's own code stays a traceback
-        with suppress(OSError):
-            _results(out, "failed", cfg, state, loop.times, info, {})
-        if isinstance(err, OSError):
-            raise
-        why = f"it called {err}" if isinstance(err, _Exit) else line(err)
-        raise Stopped(f"your op ({', '.join(yours)}) failed in training at step {state.step}, "
-                      f"not in its pre-check: {why}; {last(ckpt)}", 1) from None
+    except (Exception, SystemExit, KeyboardInterrupt, Exited) as err:
+        raise _failed(err, out, cfg, state, loop.times, info, ckpt) from None
     _closing(cfg, out, task, state, loop.times, summary, fig)
     return state.loss
 
 
-class _Exit(BaseException):
-    """os._exit(code) called by a user's op while the run lives: not the process's end."""
-
-
-def _exited(code: int) -> None:
-    raise _Exit(f"os._exit({code})")
+def _failed(err: BaseException, out: Path, cfg: DictConfig, state: State, times: list[float],
+            info: dict[str, Any], ckpt: Checkpoint) -> BaseException:
+    """A failed write or the app's own error as it is, your op's as one line; results failed."""
+    yours = [f"ops.{s}={t}" for s, t in info["ops"].items() if t not in ("custom", "builtin")]
+    if isinstance(err, Stopped) or not (yours or isinstance(err, OSError)):
+        return err
+    with suppress(OSError):
+        _results(out, "failed", cfg, state, times, info, {})
+    return err if isinstance(err, OSError) else Stopped(
+        f"your op ({', '.join(yours)}) failed in training at step {state.step}, not in its "
+        f"pre-check: {err if isinstance(err, Exited) else line(err)}; {last(ckpt)}", 1)
 
 
 def _quiet_write_faults(stack: ExitStack) -> None:

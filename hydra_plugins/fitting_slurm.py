@@ -59,8 +59,7 @@ class SlurmLauncher(Submitit):
                     self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * len(nums),
                     list(nums), [f"job_id_for_{n}" for n in nums],
                     [Singleton.get_state()] * len(nums))
-        except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError) \
-                as err:  # a partition, account, qos or time limit SLURM refuses
+        except RuntimeError as err:  # sbatch refused a partition, account, qos, time; no SLURM
             said = [line for line in str(err).splitlines() if line.strip()][-1:]
             raise CompactHydraException(f"SLURM refused the sweep's jobs: {''.join(said)}; "
                                         "check hydra.launcher.*") from None
