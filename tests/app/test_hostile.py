@@ -105,12 +105,16 @@ def test_a_planted_figure_link_is_replaced_not_followed(tmp_path, train_cli):
     assert precious.read_bytes() == b"mine" and not (out / "fit_step000005.png").is_symlink()
 
 
-@pytest.mark.parametrize("name", ["checkpoint.pt", "results.json", ".hydra"])
+@pytest.mark.parametrize("name", ["checkpoint.pt", "results.json", ".hydra", "train.log"])
 def test_a_dir_or_link_where_a_file_belongs_is_refused_and_nothing_changes(name, planted, tmp_path,
                                                                            train_cli):
     if name == ".hydra":
         shutil.move(planted / ".hydra", tmp_path / "elsewhere")
         (planted / ".hydra").symlink_to(tmp_path / "elsewhere")
+    elif name == "train.log":  # Hydra opens it (appending) before the app: nothing written
+        (tmp_path / "precious.txt").write_text("mine")
+        (planted / name).unlink(missing_ok=True)  # run() made this run: Hydra writes none
+        (planted / name).symlink_to(tmp_path / "precious.txt")
     else:
         (planted / name).unlink()
         (planted / name).mkdir()
