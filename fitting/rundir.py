@@ -141,7 +141,8 @@ class RunDir(AbstractContextManager):
         for _ in range(3):
             self.out.mkdir(parents=True, exist_ok=True)
             try:
-                f = os.fdopen(open_file(self.out / LOCK, os.O_RDWR | os.O_CREAT), "a+")
+                f = os.fdopen(open_file(self.out / LOCK, os.O_RDWR | os.O_CREAT | os.O_APPEND),
+                              "a+")
             except FileNotFoundError:
                 continue
             try:
