@@ -3,6 +3,7 @@
 import os
 import signal
 import sys
+import threading
 
 SWEEP = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])
 
@@ -78,4 +79,15 @@ if __name__ == "__main__":
     if wrong := misspelled([a for a in sys.argv[1:] if not a.startswith("hydra")]):
         print(f"config error: {wrong}", file=sys.stderr)
         sys.exit(2)
-    main()
+    before, code = set(threading.enumerate()), 0
+    try:
+        main()
+    except SystemExit as end:
+        code = end.code if isinstance(end.code, int) else 1
+    if not SWEEP and (left := [t.name for t in set(threading.enumerate()) - before
+                               if not t.daemon]):  # a sweep's: joblib's (loky's) own
+        print(f"the run's user code left threads running ({', '.join(left)}); the process ends "
+              "without waiting for them: start them with daemon=True, or join them",
+              file=sys.stderr, flush=True)
+        os._exit(code or 1)  # Python's own exit would wait for them forever
+    sys.exit(code)

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fitting.config import CHECKPOINT, ConfigError, short
+from fitting.config import CHECKPOINT, MAX_STEPS, ConfigError, short
 from fitting.loop import State
-from fitting.track.files import write_atomic
+from fitting.track.files import read_file, write_atomic
 
 FORMAT = 4  # bump when the payload changes: old ones are refused
 KEYS = {"format", "status", "step", "loop", "config", "model", "optimizer", "scheduler", "rng",
@@ -43,12 +43,14 @@ class Checkpoint:
 
 def load(path: Path) -> dict[str, Any]:
     """The payload of checkpoint.pt, checked: a damaged, crafted or foreign file is one line."""
+    data = read_file(path)  # NotAFile: a link or a dir is not read, nor replaced
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
             damaged = archive.testzip()  # torch.load does not check the CRCs
-        payload = None if damaged else torch.load(path, map_location="cpu", weights_only=True)
+        payload = None if damaged else torch.load(io.BytesIO(data), map_location="cpu",
+                                                  weights_only=True)
     except zipfile.BadZipFile:
-        raise _bad(path, "is empty" if path.stat().st_size == 0 else
+        raise _bad(path, "is empty" if not data else
                    "is truncated or not a checkpoint (not a whole zip)") from None
     except Exception as err:  # noqa: BLE001  OSError, UnpicklingError, RuntimeError, ...
         raise _bad(path, f"is not a checkpoint weights_only can read ({short(err)})") from None
@@ -61,8 +63,13 @@ def load(path: Path) -> dict[str, Any]:
     if set(payload) != KEYS or payload["status"] not in STATUS or not isinstance(loop, dict) \
             or not set(loop) <= fields or type(step) is not int or step < 0 \
             or loop.get("step") != step or not isinstance(payload["config"], dict) \
+            or type(payload["config"].get("steps")) is not int \
+            or step > min(payload["config"]["steps"], MAX_STEPS) \
             or not all(isinstance(v, int | float | None) for v in loop.values()):
         raise _bad(path, "holds keys or values this app does not write (crafted or foreign)")
+    weights = payload["model"].values() if isinstance(payload["model"], dict) else ()
+    if not all(t.isfinite().all() for t in weights if torch.is_tensor(t) and t.is_floating_point()):
+        raise _bad(path, "holds non-finite weights (NaN or inf), which the app never saves")
     return payload
 
 

@@ -2,6 +2,7 @@
 checks and conf/config.yaml's resolvers. A task's and an optimizer's keys are their classes'."""
 
 import math
+import os
 import re
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from fitting.slots import SLOTS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # runs go to its outputs/, whatever the cwd
 CHECKPOINT = "checkpoint.pt"
+MAX_STEPS = 2**63 - 1  # a step TensorBoard can hold (int64)
 
 
 class ConfigError(ValueError):
@@ -97,6 +99,11 @@ def check(cfg: Any, pair: str) -> None:
     for key, low in least.items():
         if (value := OmegaConf.select(cfg, key)) is not None and not value >= low:
             raise ConfigError(f"{key} must be >= {low}, got {value}")
+    most = {"steps": (MAX_STEPS, "a step TensorBoard holds"),  # more threads can crash torch
+            "threads": (os.cpu_count() or 1, "this machine's cores")}
+    for key, (high, why) in most.items():
+        if cfg[key] > high:
+            raise ConfigError(f"{key} must be <= {high} ({why}), got {cfg[key]}")
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed must be in [-2**63, 2**64), got {cfg.seed}")
     for key in (k for k in cfg.optimizer if OmegaConf.is_missing(cfg.optimizer, k)):
@@ -118,7 +125,7 @@ def register() -> None:
         "repo_root": lambda: str(REPO_ROOT),
         # hydra.run.dir: resume=DIR runs in DIR (a dir: fitting.rundir decides), else a new dir
         "run_dir": lambda resume, new: str(Path(resume).expanduser().resolve())
-        if resume and Path(resume).expanduser().is_dir() else new,
+        if resume and os.path.isdir(os.path.expanduser(resume)) else new,  # no PermissionError
         # --help's choices: the names of conf/<group>/*.yaml
         "options": lambda group: "|".join(
             sorted(p.stem for p in (REPO_ROOT / "conf" / group).glob("*.yaml"))),

@@ -1,6 +1,7 @@
 """Resuming a run dir: resume= composes the run's config from its overrides.yaml, as data: a
 user's op named there runs only when the command line names it too (trust_remote_code)."""
 
+import os
 import re
 import shlex
 from contextlib import suppress
@@ -16,33 +17,49 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from fitting.config import CHECKPOINT, REPO_ROOT, ConfigError, short
+from fitting.track.files import NotAFile, read_file
 
 KEPT = ("steps", "log", "ckpt", "threads", "on_nonfinite", "profile")  # a resume may change
+MAX_YAML = 1 << 20  # bytes of a run dir's YAML file read back (the app writes a few kB)
 
 
 def _parse(override: str) -> tuple[str, Any]:
-    """(key, value) of an override as Hydra parses it (quotes, escapes); (it, None) if none."""
+    """(key, value) of an override as Hydra parses it (quotes, escapes); (it, ...) if none."""
     try:
         parsed = OverridesParser.create().parse_override(override)
     except HydraException:
-        return override, None
+        return override, ...
     return parsed.get_key_element().lstrip("+~"), parsed.value()
 
 
 def _user_op(override: str) -> bool:
-    """Whether an override names a user's op (anything but custom or builtin)."""
-    key, value = _parse(override)
-    return bool(re.fullmatch(r"([\w.]+\.)?ops\.\w+", key)) and value not in ("custom", "builtin")
+    """Whether an override could name code (resume= takes it only if the command line repeats
+    it): an op other than custom or builtin in any form (ops.<slot>=, ops={...}, +, ++, nested),
+    a _x_ key, an interpolation, a group choice that is not a plain name, an unparsable one."""
+    return _names_code(*_parse(override))
+
+
+def _names_code(key: str, value: Any) -> bool:
+    if isinstance(value, dict | list):
+        return any(_names_code(f"{key}.{k}", v) for k, v in
+                   (value.items() if isinstance(value, dict) else enumerate(value)))
+    if re.search(r"(^|\.)_\w+_($|\.)", key) or not isinstance(value, str | int | float | None):
+        return True
+    if re.fullmatch(r"([\w.]+\.)?ops\.\w+", key):
+        return value not in ("custom", "builtin")
+    return isinstance(value, str) and ("${" in value or "." not in key
+                                       and not re.fullmatch(r"[\w-]*", value))
 
 
 def resume_command(run_dir: Path) -> str:
     """The command that continues the run in `run_dir`, quoted for Hydra and the shell, with
     the user's ops its overrides.yaml names (resume= runs them only when repeated)."""
-    path = str(run_dir)
-    arg = f"resume={path}" if re.fullmatch(r"[\w/.+-]+", path) else \
-        '"resume=' + repr(path).replace('"', '\\"') + '"'
+    path = str(run_dir)  # Hydra's double quotes (its = and , would be parsed), then the shell's
+    value = path if re.fullmatch(r"[\w/.+-]+", path) else \
+        '"' + re.sub(r'(\\*)("|$)', lambda m: m[1] * 2 + '\\"' * bool(m[2]), path) + '"'
+    arg = shlex.quote(f"resume={value}")
     ops: list[str] = []
-    with suppress(ConfigError):
+    with suppress(ConfigError, OSError):
         ops = [shlex.quote(o) for o in map(str, _read(run_dir / ".hydra" / "overrides.yaml",
                                                       list)) if _user_op(o)]
     return " ".join(["python train.py", arg, *ops])
@@ -52,6 +69,9 @@ def resume_config(cfg: DictConfig, run_dir: Path, given: list[str]) -> DictConfi
     """resume=DIR: conf/ composed with DIR's overrides.yaml (data: no _target_, no hydra.*, a
     user's op only if `given` repeats it) and the KEPT keys `given` sets."""
     where = Path(cfg.resume).expanduser().resolve()
+    if not all(os.access(d, os.X_OK) for d in (where.parent, where) if os.path.isdir(d)):
+        raise ConfigError(f"resume={cfg.resume}: {where} cannot be entered (permission denied: "
+                          "another user's dir?)")
     if not (where / CHECKPOINT).is_file() and not (where / ".hydra" / "config.yaml").is_file():
         jobs = sorted(p.parent.parent.name for p in where.glob("*/.hydra/config.yaml"))  # a sweep
         raise ConfigError(f"resume={cfg.resume}: {where} " + (
@@ -67,16 +87,15 @@ def resume_config(cfg: DictConfig, run_dir: Path, given: list[str]) -> DictConfi
         if parsed[0].split(".")[0] not in KEPT and parsed not in theirs:
             raise ConfigError("resume= continues the run's own config; only steps, log.*, "
                               f"ckpt.*, threads, on_nonfinite and profile may change, got {o[:60]}")
-    if any(_user_op(o) and parsed not in ours for o, parsed in zip(stored, theirs, strict=True)):
-        raise ConfigError(f"{where} names ops of yours ({', '.join(filter(_user_op, stored))}): "
-                          "resume= runs nothing a run dir names unless the command line repeats "
-                          f"it; if you trust it: {resume_command(where)}")
     for o in stored:
-        key, _, value = o.lstrip("+~").partition("=")
-        if not _user_op(o) and (key.startswith("hydra") or "/" in value and "." not in key
-                                or re.search(r"(^|\W)_\w+_(\W|$)", o)):
+        if o.lstrip("+~").startswith("hydra"):
             raise ConfigError(f"{where}/.hydra/overrides.yaml sets {short(o, 60)}, which resume "
                               "does not take from a run dir (it could run code); not resumed")
+    if code := [o for o, parsed in zip(stored, theirs, strict=True)
+                if _user_op(o) and parsed not in ours]:
+        raise ConfigError(f"{where} names ops or code of yours ({', '.join(code)}): resume= runs "
+                          "nothing a run dir names unless the command line repeats it; if you "
+                          f"trust it: {resume_command(where)}")
     overrides = [*stored, *(o for o, parsed in zip(new, ours, strict=True) if parsed not in theirs)]
     try:
         if GlobalHydra.instance().is_initialized():  # inside train.py's Hydra app
@@ -91,13 +110,29 @@ def resume_config(cfg: DictConfig, run_dir: Path, given: list[str]) -> DictConfi
     return composed
 
 
+class _NoAliases(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing aliases: the app writes none (an alias bomb stops)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("an alias (*name), which the app never writes")
+        return super().compose_node(parent, index)
+
+
 def _read(path: Path, kind: type) -> Any:
-    """A YAML file of the run dir as plain data (yaml.safe_load: no tags, no objects)."""
+    """A YAML file of the run dir as plain data: no link followed, at most MAX_YAML bytes, no
+    tags, objects or aliases."""
     try:
-        data = yaml.safe_load(path.read_text())
+        text = read_file(path, MAX_YAML)
+        if len(text) > MAX_YAML:
+            raise ConfigError(f"{path} is over {MAX_YAML} bytes (the app writes a few kB); "
+                              "not resumed")
+        data = yaml.load(text.decode(), Loader=_NoAliases)  # noqa: S506  safe_load's, less aliases
     except FileNotFoundError:
         raise ConfigError(f"{path} is missing (the run dir's config is needed); not resumed") \
             from None
+    except NotAFile:
+        raise
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         why = getattr(err, "strerror", None) or f"not whole YAML: {short(err, 50)}"
         raise ConfigError(f"{path} cannot be read ({why}); not resumed") from None

@@ -6,6 +6,7 @@ Stopped(line, exit code): 1 diverged, 74 a write failed, 128 + n stopped by sign
 import json
 import logging
 import os
+import shlex
 import signal
 import threading
 from collections.abc import Iterator
@@ -23,12 +24,12 @@ from omegaconf import DictConfig, OmegaConf
 from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
 from fitting.loop import NonFinite, SecondSignal, Signals, State, Stopped, Training, evaluate, train
-from fitting.opcheck.boundary import OpRefused, limits, resolve
+from fitting.opcheck.boundary import Exited, OpRefused, limits, line, no_exit, resolve
 from fitting.opcheck.precheck import precheck
 from fitting.resume import resume_command, resume_config
 from fitting.rundir import WRITE_FAULT, RunDir, fault
 from fitting.slots import describe, source, uses
-from fitting.track.files import write_atomic
+from fitting.track.files import NotAFile, write_atomic
 from fitting.track.memory import peak_rss_bytes
 from fitting.track.tensorboard import TensorBoard, hparam_values
 
@@ -55,6 +56,8 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                                   if cfg.device == "auto" else str(cfg.device))
             dtype = getattr(torch, str(cfg.dtype))
             _torch_settings(cfg, stack)
+            if any(_choice(cfg, slot) not in ("custom", "builtin") for slot in kind.slots):
+                stack.enter_context(no_exit())  # your op's os._exit: one line, not exit 0
             ops, notes = _prepare_ops(cfg, kind.slots, device, dtype)
             with _as_config_error():
                 torch.manual_seed(cfg.seed)  # the model's initialization; data have their own
@@ -79,6 +82,8 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                          "resume=" if cfg.resume else "its own config: a restarted or requeued job")
             return _train(cfg, out, (task, optimizer, scheduler), state, ckpt, info, stack,
                           rundir.new)
+    except NotAFile as err:  # a link, dir or fifo planted where the app keeps a file
+        raise ConfigError(str(err)) from None
     except OSError as err:  # a full disk, a read-only dir: the path, the reason, what is left
         events = sorted(out.glob("events.out.tfevents.*"))  # TensorBoard's names no file
         raise Stopped(f"{fault(err, events[-1] if events else out)}; {last(ckpt)}",
@@ -191,6 +196,9 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
                 task.summary(task.model)
         tb.hparams(hparam_values(info, cfg, info["overrides"]))
         save("converged" if state.converged else "completed", summary)
+        if signals.signum not in (None, signal.SIGUSR2):  # during the end: results whole, stop
+            raise Stopped(f"stopped by {signal.Signals(signals.signum).name} at the run's end, "
+                          f"its results whole: {out / RESULTS}", 128 + signals.signum)
     except NonFinite as err:
         save("diverged")  # found on a logged step: the weights may be non-finite already
         message = (f"non-finite {err} at step {state.step} (checked on logged steps, "
@@ -201,12 +209,23 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
     except SecondSignal as err:
         raise Stopped(f"stopped at once by a second {signal.Signals(err.args[0]).name}; "
                       f"{last(ckpt)}", 128 + err.args[0]) from None
-    except OSError:
-        with suppress(OSError):
-            _results(out, "failed", cfg, state, loop.times, info, {})
-        raise
+    except (Exception, SystemExit, KeyboardInterrupt, Exited) as err:
+        raise _failed(err, out, cfg, state, loop.times, info, ckpt) from None
     _closing(cfg, out, task, state, loop.times, summary, fig)
     return state.loss
+
+
+def _failed(err: BaseException, out: Path, cfg: DictConfig, state: State, times: list[float],
+            info: dict[str, Any], ckpt: Checkpoint) -> BaseException:
+    """A failed write or the app's own error as it is, your op's as one line; results failed."""
+    yours = [f"ops.{s}={t}" for s, t in info["ops"].items() if t not in ("custom", "builtin")]
+    if isinstance(err, Stopped) or not (yours or isinstance(err, OSError)):
+        return err
+    with suppress(OSError):
+        _results(out, "failed", cfg, state, times, info, {})
+    return err if isinstance(err, OSError) else Stopped(
+        f"your op ({', '.join(yours)}) failed in training at step {state.step}, not in its "
+        f"pre-check: {err if isinstance(err, Exited) else line(err)}; {last(ckpt)}", 1)
 
 
 def _quiet_write_faults(stack: ExitStack) -> None:
@@ -241,7 +260,8 @@ def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[fl
              f"of training, median step {times[len(times) // 2]:.3f} ms{saved})",
              f"stopped: {why}",
              "at the end: " + ", ".join(f"{k}={v:.6g}" for k, v in summary.items()),
-             f"figure: {fig}", f"run dir: {out}", f"view it: tensorboard --logdir {out}"]
+             f"figure: {fig}", f"run dir: {out}",
+             f"view it: tensorboard --logdir {shlex.quote(str(out))}"]
     for text in lines:
         log.info("%s", text)
 

@@ -17,11 +17,12 @@ from omegaconf.errors import OmegaConfBaseException
 from fitting.checkpoint import load
 from fitting.config import CHECKPOINT, ConfigError, short
 from fitting.resume import KEPT, _read, resume_command
-from fitting.track.files import write_atomic
+from fitting.track.files import not_a_file, open_file, write_atomic
 
 LOCK, MADE = "run.lock", "FITTING_MADE_DIR"  # MADE: the dir this invocation made (inherited)
 FIRST = ("task", "optimizer", "ops", "impl")  # the differences a refusal names first
 WRITE_FAULT = 74  # EX_IOERR: a write failed (full disk, read-only dir)
+APP_YAML = tuple(f".hydra/{name}.yaml" for name in ("config", "overrides", "hydra"))
 
 
 class MadeHere(Callback):
@@ -39,14 +40,14 @@ class MadeHere(Callback):
 
 def _make(path: str) -> None:
     path = Path(os.path.abspath(path))
-    missing = [d for d in (path, *path.parents) if not d.exists()]
     os.environ.pop(MADE, None)
-    if missing:
-        try:
+    try:  # a dir the user cannot enter (another user's 0700) fails here too
+        if missing := [d for d in (path, *path.parents) if not d.exists()]:
             missing[0].mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            print(fault(err), file=sys.stderr, flush=True)
-            sys.exit(WRITE_FAULT)
+    except OSError as err:
+        print(fault(err), file=sys.stderr, flush=True)
+        sys.exit(WRITE_FAULT)
+    if missing:
         os.environ[MADE] = str(missing[-1])  # the top dir made: a refused run removes up to it
 
 
@@ -84,9 +85,14 @@ class RunDir(AbstractContextManager):
         """Lock the dir, then decide once from its data: a new run (its .hydra/ written; None),
         this run continued (its checkpoint's payload, or None: from step 0), or ConfigError."""
         self._lock()
+        if (self.out / ".hydra").is_symlink():
+            raise not_a_file(self.out / ".hydra")
+        for name in (CHECKPOINT, "results.json", "train.log", *APP_YAML):
+            if os.path.lexists(self.out / name):  # NotAFile: a link, a dir, a fifo
+                os.close(open_file(self.out / name))
         config = self.out / ".hydra" / "config.yaml"
         stored = _read(config, dict) if cfg.resume or config.exists() else None
-        payload = load(self.out / CHECKPOINT) if (self.out / CHECKPOINT).is_file() else None
+        payload = load(self.out / CHECKPOINT) if (self.out / CHECKPOINT).exists() else None
         if stored is None and payload is None:
             self._own()
             self.new = True
@@ -126,7 +132,8 @@ class RunDir(AbstractContextManager):
         for _ in range(3):
             self.out.mkdir(parents=True, exist_ok=True)
             try:
-                f = open(self.out / LOCK, "a+")
+                f = os.fdopen(open_file(self.out / LOCK, os.O_RDWR | os.O_CREAT | os.O_APPEND),
+                              "a+")
             except FileNotFoundError:
                 continue
             try:

@@ -2,6 +2,8 @@
 a job that fails or never completes (scancel, a lost node) fails alone: the sweep waits for every
 job, writes its end for the others, then names the jobs that did not complete (exit 1)."""
 
+import contextlib
+import io
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,9 +53,16 @@ class SlurmLauncher(Submitit):
         nums = range(initial_job_idx, initial_job_idx + len(job_overrides))
         for num, overrides in zip(nums, job_overrides, strict=True):
             log.info(f"\t#{num} : {' '.join(filter_overrides(overrides))}")
-        jobs = executor.map_array(
-            self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * len(nums), list(nums),
-            [f"job_id_for_{n}" for n in nums], [Singleton.get_state()] * len(nums))
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's stderr
+                jobs = executor.map_array(
+                    self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * len(nums),
+                    list(nums), [f"job_id_for_{n}" for n in nums],
+                    [Singleton.get_state()] * len(nums))
+        except RuntimeError as err:  # sbatch refused a partition, account, qos, time; no SLURM
+            said = [line for line in str(err).splitlines() if line.strip()][-1:]
+            raise CompactHydraException(f"SLURM refused the sweep's jobs: {''.join(said)}; "
+                                        "check hydra.launcher.*") from None
         returns, problems = [], []
         for num, overrides, job in zip(nums, job_overrides, jobs, strict=True):
             name = f"#{num} ({' '.join(filter_overrides(overrides))}, SLURM job {job.job_id})"

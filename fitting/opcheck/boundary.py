@@ -65,8 +65,9 @@ def guarded(first: bool = False) -> Iterator[None]:
                             ) from None
         raise CannotRun(f"it did not return within {limit:g} s (the limit per call, after the "
                         "first: --limit, op_limit_s): an endless loop or a wait?") from None
-    except SystemExit as err:
-        raise CannotRun(f"it called sys.exit({err.code!r}); an op returns or raises") from None
+    except (SystemExit, Exited) as err:
+        raise CannotRun(f"it called {'sys.exit' if isinstance(err, SystemExit) else 'os._exit'}"
+                        f"({err.code!r}); an op returns or raises") from None
     except KeyboardInterrupt:
         raise CannotRun("it raised KeyboardInterrupt (or Ctrl-C stopped it)") from None
     except (MemoryError, RuntimeError) as err:
@@ -83,6 +84,29 @@ def guarded(first: bool = False) -> Iterator[None]:
             if outer:
                 left = max(outer - (time.monotonic() - start), 1e-3)
                 signal.setitimer(signal.ITIMER_REAL, left, interval)
+
+
+class Exited(BaseException):
+    """os._exit(code) called by user code under no_exit(): not the process's end."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"it called os._exit({code})")
+        self.code = code
+
+
+@contextmanager
+def no_exit() -> Iterator[None]:
+    """While a user's op may run (its import, pre-check, training): os._exit raises Exited, so
+    that the run ends in one line, not the process with exit 0 and nothing said."""
+    real, os._exit = os._exit, _raise_exited
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
+def _raise_exited(code: int) -> None:
+    raise Exited(code)
 
 
 def form(obj: object) -> str:

@@ -92,7 +92,7 @@ def test_a_sweep_job_resumes_with_the_command_the_app_printed(tmp_path, train_cl
     assert stopped.returncode == 128 + signal.SIGTERM
     command = stopped.stderr.strip().rsplit("resume with: ", 1)[1]
     job = tmp_path / f"0_{op},seed=1,steps=8"
-    assert command.startswith(f"python train.py \"resume='{job}'\" 'ops.legendre_p3=")
+    assert command.startswith(f"python train.py 'resume=\"{job}\"' 'ops.legendre_p3=")
     monkeypatch.undo()
     resumed = train_cli(*shlex.split(command)[2:])
     assert resumed.returncode == 0, resumed.stderr

@@ -276,3 +276,11 @@ def test_a_cancelled_job_fails_alone_and_the_sweep_still_ends(sweep):
     # The cancelled job checkpointed at SIGTERM: `python train.py resume=<its dir>` goes on.
     assert results(run_dir)["status"] == "interrupted"
     assert checkpoint(run_dir)["step"] == results(run_dir)["step"]
+
+
+def test_a_submission_slurm_refuses_is_one_line(tmp_path):
+    refused = Sweep(tmp_path, "slurm", "hydra.launcher.partition=nope", "steps=5")
+    code, out = refused.end()
+    assert code == 1 and "Traceback" not in out, out
+    assert "SLURM refused the sweep's jobs: sbatch: error: Batch job submission failed: Invalid " \
+           "partition name specified; check hydra.launcher.*\n" in out

@@ -132,7 +132,9 @@ def test_ctrl_c_after_the_last_step_lets_the_run_end(tmp_path, monkeypatch, capl
         return summary(self, model)
 
     monkeypatch.setattr(Poly3Task, "summary", interrupted_summary)
-    go(tmp_path / "run", "steps=5")
+    with pytest.raises(Stopped) as stop:  # its end whole, then the signal's exit
+        go(tmp_path / "run", "steps=5")
+    assert stop.value.args[1] == 128 + signal.SIGINT
     assert results(tmp_path / "run")["status"] == "completed"
     assert not any("before training" in line for line in lines(caplog))
 
