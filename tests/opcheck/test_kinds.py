@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from fitting.opcheck import boundary, cli
+from fitting.opcheck.boundary import resolve
 from fitting.opcheck.cli import main
 from fitting.opcheck.precheck import OpRefused, decide, precheck
-from fitting.slots import resolve
 from tests.opcheck import kinds
 
 K = "tests.opcheck.kinds:"
