@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from fitting.config import register
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
+# The optimizers that stop once converged (their conf sets stop.patience): lbfgs, newton, lm.
+CONVERGING = [p.stem for p in sorted((CONF / "optimizer").glob("*.yaml"))
+              if (yaml.safe_load(p.read_text()).get("stop") or {}).get("patience")]
 
 
 def make_cfg(*overrides: str) -> DictConfig:

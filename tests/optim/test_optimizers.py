@@ -16,6 +16,7 @@ from fitting.slots import SLOTS, USES
 from fitting.tasks import TASKS, Poly3Task
 from fitting.tasks.optimum import TUTORIAL_OPTIMUM_LOSS
 from models.ops import legendre_p3, legendre_p3_reference
+from tests.helpers.app_config import CONVERGING
 from tests.optim.tutorial import LegendrePolynomial3, tutorial
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -94,7 +95,7 @@ def converged(name: str, p3) -> tuple[float, dict[str, float]]:
 
 
 @pytest.mark.parametrize("p3", [legendre_p3, legendre_p3_reference, TUTORIAL_OP])
-@pytest.mark.parametrize("name", ["newton", "lm", "lbfgs"])
+@pytest.mark.parametrize("name", CONVERGING)
 def test_second_order_and_lbfgs_reach_the_exact_optimum_in_float64(name, p3):
     final, stats = converged(name, p3)
     assert final == pytest.approx(TUTORIAL_OPTIMUM_LOSS, rel=1e-12)
@@ -134,7 +135,7 @@ def test_newton_and_lm_say_what_the_pre_check_must_check():
     assert (USES["newton"], USES["lm"]) == (("second_order",), ("forward_ad",))
 
 
-@pytest.mark.parametrize("name", ["newton", "lm"])
+@pytest.mark.parametrize("name", list(USES))  # the n×n ones
 def test_too_many_parameters_are_refused_before_anything_n_by_n(name):
     params = [torch.zeros(1001, requires_grad=True)]
     with pytest.raises(ValueError, match=rf"^optimizer={name} needs an n×n matrix but the model "

@@ -11,6 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fitting.config import ConfigError
 from fitting.loop import Stopped
+from fitting.slots import USES
 from fitting.tasks import MLPTask
 from tests.helpers.app_config import make_cfg
 from tests.train.helpers import go, results, same_weights, saved, signal_at
@@ -53,7 +54,7 @@ def test_an_optimizers_settings_win_over_a_tasks_and_the_command_line_over_both(
     assert (cfg.log.every, cfg.stop.patience, cfg.steps) == (every, patience, steps)
 
 
-@pytest.mark.parametrize("optimizer", ["newton", "lm"])
+@pytest.mark.parametrize("optimizer", list(USES))  # no lr
 def test_a_schedule_for_an_optimizer_without_an_lr_is_one_line(optimizer, tmp_path):
     with pytest.raises(ConfigError, match=rf"^optimizer={optimizer} has no lr to schedule; "
                                           r"scheduler=none$"):

@@ -12,7 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from fitting.loop import Stopped
+from fitting.slots import USES
 from fitting.tasks import TASKS, Poly3Task
+from tests.helpers.app_config import CONVERGING
 from tests.helpers.train_cli import REPO
 from tests.train.helpers import go, results, saved
 
@@ -61,7 +63,7 @@ def test_builtin_ops_train_as_the_custom_ones(task, tmp_path, caplog):
     assert (mine["val_loss"] is None) == (task == "poly3")
 
 
-@pytest.mark.parametrize("optimizer", ["lbfgs", "newton", "lm"])
+@pytest.mark.parametrize("optimizer", CONVERGING)
 def test_second_order_optimizers_reach_the_optimum(optimizer, tmp_path, caplog):
     caplog.set_level(logging.INFO)
     loss = go(tmp_path / "run", f"optimizer={optimizer}", "dtype=float64")
@@ -73,7 +75,7 @@ def test_second_order_optimizers_reach_the_optimum(optimizer, tmp_path, caplog):
     assert " 0 bytes saved" not in said and "by 0 " not in said and "relative above" not in said
 
 
-@pytest.mark.parametrize("optimizer", ["newton", "lm"])
+@pytest.mark.parametrize("optimizer", list(USES))
 def test_the_tutorials_own_legendre_function_reaches_the_optimum(optimizer, tmp_path):
     # forward(ctx, ...) and no jvp: newton's Hessian by double backward, lm's Jacobian by the
     # double-vjp trick, both through torch.autograd.
