@@ -2,7 +2,6 @@
 attention, SwiGLU), whose five transformer ops are the given functions."""
 
 import math
-import os
 
 import torch
 from torch import nn
@@ -63,8 +62,8 @@ class Block(nn.Module):
 
 class Forecaster(nn.Module):
     """Token embedding → `depth` blocks → norm → logits over `vocab` by the embedding (tied).
-    The embedding starts as sinusoids of the token's index (neighbouring bins alike), so
-    that a value's neighbours start close in and out."""
+    The embedding starts as sinusoids of the token's index, of periods 16 to 2·vocab bins:
+    neighbouring bins (values) start alike, in and out."""
 
     def __init__(self, vocab: int = 4096, context: int = 64, width: int = 64, depth: int = 2,
                  heads: int = 4, *, norm: Op = _rms_norm, glu: Op = swiglu, rope: Op = _rope,
@@ -81,8 +80,8 @@ class Forecaster(nn.Module):
             periods = torch.logspace(math.log10(16), math.log10(2 * vocab), width // 2,
                                      dtype=torch.float64)
             angles = torch.arange(vocab, dtype=torch.float64)[:, None] * (2 * math.pi / periods)
-            scale = float(os.environ.get("EMB_SCALE", "1"))
-            self.embed.weight.copy_(torch.cat((angles.cos(), angles.sin()), -1) * scale)
+            rows = torch.cat((angles.cos(), angles.sin()), -1) / math.sqrt(width // 2)
+            self.embed.weight.copy_(rows)  # of norm 1: the first logits are at most ~√width
         self.blocks = nn.ModuleList(Block(width, heads, norm=norm, glu=glu, rope=rope,
                                           attention=attention, **factory) for _ in range(depth))
         self.norm = RMSNorm(width, op=norm, **factory)

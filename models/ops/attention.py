@@ -65,3 +65,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 64
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """F.scaled_dot_product_attention(q, k, v, is_causal=True): attention's twin."""
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def attention_formula(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(q kᵀ/√d, causal) v as the textbook writes it: autograd keeps T×T probabilities."""
+    return _scores(q, k, 0, q.shape[-2]).softmax(-1) @ v

@@ -1,7 +1,6 @@
 """The transformer ops against their twins (values and gradients, float32 and float64), gradcheck,
 what they leave unchanged, and what they save: attention's bytes, the fused cross-entropy's peak."""
 
-import math
 from functools import partial
 
 import pytest
@@ -10,6 +9,7 @@ import torch
 from fitting.track.memory import step_peak
 from models.ops import (
     attention,
+    attention_formula,
     attention_reference,
     linear_cross_entropy,
     linear_cross_entropy_reference,
@@ -104,19 +104,12 @@ def test_inputs_are_left_unchanged(name):
         assert torch.equal(x, copy) and x._version == version
 
 
-def _causal_softmax(q, k, v):
-    """The formula in plain torch: saves the T x T probabilities."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    future = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).triu(1)
-    return scores.masked_fill(future, -math.inf).softmax(-1) @ v
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_attention_saves_less_than_the_twin_and_half_the_formula_at_context_256(device):
     qkv = [torch.randn(1, 2, 256, 16, device=device, requires_grad=True) for _ in range(3)]
     saved = {}
     for name, fn in (("ours", attention), ("twin", attention_reference),
-                     ("formula", _causal_softmax)):
+                     ("formula", attention_formula)):
         with saved_tensor_bytes() as counted:
             fn(*qkv)
         saved[name] = counted.bytes
