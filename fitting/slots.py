@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 import models.ops
 from fitting.boundary import CannotRun, guarded
-from models.layers import Activation, FusedConvBN2d, Linear
+from models.forecast import Attention, Forecaster, GatedMLP
+from models.layers import Activation, FusedConvBN2d, Linear, RMSNorm
 from models.poly3 import Poly3
 
 # label, args, kwargs, must (else a difference there is a note: inputs no model passes)
@@ -92,6 +93,25 @@ def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
             for mode, s in stats.items()]
 
 
+def _transformer_samples(slot: str) -> Callable:
+    """Samples of a Forecaster op: small, and (big) as its model calls it at the task's sizes
+    (batch 32, context 64, width 64, 4 heads, vocabulary 4096)."""
+    def samples(dtype, device, big: bool = False) -> list[Sample]:
+        t = _random(dtype, device)
+        b, n, width, heads, vocab = (32, 64, 64, 4, 4096) if big else (2, 5, 8, 2, 10)
+        head = width // heads
+        tables = [c.to(device, dtype) for c in models.ops.rope_tables(n, head)]
+        target = torch.randint(vocab, (b * n,), generator=torch.Generator().manual_seed(0))
+        args = {"norm": (t(b, n, width), t(width, scale=0.2, shift=1), 1e-6),
+                "glu": (t(b, n, 4 * width), t(b, n, 4 * width)),
+                "rope": (t(b, heads, n, head), *tables),
+                "attention": tuple(t(b, heads, n, head) for _ in range(3)),
+                "cross_entropy": (t(b * n, width), t(vocab, width), target.to(device))}[slot]
+        return [(f"{slot} at batch {b}, {n} tokens, as the forecast task calls it", args, {},
+                 True)]
+    return samples
+
+
 SLOTS: dict[str, Slot] = {
     "linear": Slot(models.ops.linear, F.linear, Linear, "mlp", _linear_samples),
     "activation": Slot(models.ops.relu, torch.relu, Activation, "mlp", _elementwise(
@@ -102,6 +122,17 @@ SLOTS: dict[str, Slot] = {
     "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, Poly3,
                         "poly3", _elementwise({"x, as poly3 calls it": (16,)},
                                               {"x (2000,), as poly3 calls it": (2000,)})),
+    "norm": Slot(models.ops.rms_norm, models.ops.rms_norm_reference, RMSNorm, "forecast",
+                 _transformer_samples("norm")),
+    "glu": Slot(models.ops.swiglu, models.ops.swiglu_reference, GatedMLP, "forecast",
+                _transformer_samples("glu")),
+    "rope": Slot(models.ops.rope, models.ops.rope_reference, Attention, "forecast",
+                 _transformer_samples("rope")),
+    "attention": Slot(models.ops.attention, models.ops.attention_reference, Attention,
+                      "forecast", _transformer_samples("attention")),
+    "cross_entropy": Slot(models.ops.linear_cross_entropy,
+                          models.ops.linear_cross_entropy_reference, Forecaster, "forecast",
+                          _transformer_samples("cross_entropy")),
 }
 # What an optimizer computes through the ops beyond training's forward and gradient: newton a
 # Hessian by double backward, lm a Jacobian by forward AD (or by double backward where an op

@@ -14,12 +14,15 @@ from fitting.compare.seeds import trains_same
 from fitting.config import REPO_ROOT  # importing it registers the schemas conf/ needs
 from fitting.loop import Closure
 from fitting.slots import SLOTS
+from fitting.tasks import ForecastTask
 from fitting.verdict import Finding
 
-STEPS = {"poly3": 100, "mlp": 300, "cnn": 20}  # short: by 300 steps relu/100 trains 3x worse
+# short: by 300 steps relu/100 trains 3x worse
+STEPS = {"poly3": 100, "mlp": 300, "cnn": 20, "forecast": ForecastTask.card[0]}
 # mlp at a tenth of its SGD lr: early training, where every layer's gradient sets the pace (at
 # 0.1 the last layer alone fits sin about as well); cnn: data for 20 steps of 32, not 8192.
-PROTOCOL = {"mlp": ["optimizer.lr=0.01"], "cnn": ["task.n_train=640", "task.n_val=64"]}
+PROTOCOL = {"mlp": ["optimizer.lr=0.01"], "cnn": ["task.n_train=640", "task.n_val=64"],
+            "forecast": list(ForecastTask.card[1])}
 SEEDS = 5
 
 
