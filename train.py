@@ -24,7 +24,9 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from fitting.config import ConfigError  # noqa: E402  (registers the schema before Hydra composes)
+from fitting.config import ConfigError, register  # noqa: E402
+
+register()  # the schema and resolvers conf/ needs, before Hydra composes (its jobs inherit them)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -1,4 +1,4 @@
-"""checkpoint.pt: written whole (fitting.files), loaded without running code (zip CRCs,
+"""checkpoint.pt: written whole (fitting.track.files), loaded without running code (zip CRCs,
 weights_only), checked as this app writes it (keys, step, shapes) before it is put back."""
 
 import io
@@ -10,8 +10,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fitting.config import CHECKPOINT, ConfigError, short
-from fitting.files import write_atomic
 from fitting.loop import State
+from fitting.track.files import write_atomic
 
 FORMAT = 4  # bump when the payload changes: old ones are refused
 KEYS = {"format", "status", "step", "loop", "config", "model", "optimizer", "scheduler", "rng",

@@ -78,8 +78,8 @@ class Config:
     resume: str | None = None  # a run dir to continue from its checkpoint.pt, in that dir
 
 
-def check(cfg: Any) -> None:
-    """Raise ConfigError naming the first run-level key that is unknown or out of range."""
+def check(cfg: Any, pair: str) -> None:
+    """ConfigError naming the first run-level key unknown, unset or out of range."""
     given = OmegaConf.to_container(cfg, resolve=False)
     try:  # the task's and optimizer's keys are their classes' to check
         OmegaConf.merge(Config, {k: v for k, v in given.items() if k not in ("task", "optimizer")})
@@ -97,6 +97,9 @@ def check(cfg: Any) -> None:
             raise ConfigError(f"{key} must be >= {low}, got {value}")
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed must be in [-2**63, 2**64), got {cfg.seed}")
+    for key in (k for k in cfg.optimizer if OmegaConf.is_missing(cfg.optimizer, k)):
+        raise ConfigError(f"optimizer.{key} is not set for this task and optimizer: add conf/"
+                          f"task_optimizer/{pair}.yaml ({key}: ...) or give optimizer.{key}=")
     for key, value in cfg.optimizer.items():  # an lr of 1e309 is inf to YAML: no step is right
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"optimizer.{key} must be a finite number, got {value}")
@@ -107,7 +110,7 @@ def check(cfg: Any) -> None:
 
 
 def register() -> None:
-    """Store the schema and the resolvers conf/config.yaml uses (once per process)."""
+    """Store the schema and the resolvers conf/config.yaml uses: call it before Hydra composes."""
     ConfigStore.instance().store(name="base_config", node=Config)
     resolvers = {
         "repo_root": lambda: str(REPO_ROOT),
@@ -123,6 +126,3 @@ def register() -> None:
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
-
-
-register()

@@ -141,8 +141,8 @@ class Signals:
 
 
 @dataclass
-class Run:
-    """What the steps work on, write to (`save`: a checkpoint) and are stopped by."""
+class Training:
+    """The loop's one run: what its steps work on, write to (`save`) and are stopped by."""
 
     cfg: Any
     task: Any
@@ -157,61 +157,61 @@ class Run:
     times: list[float] = field(default_factory=list)  # each step's ms, sorted
 
 
-def train(run: Run) -> None:
+def train(run: Training) -> None:
     """Steps state.step .. cfg.steps − 1 until converged or stopped; the last one is logged."""
-    cfg, task, optimizer, state, tb, times = (run.cfg, run.task, run.optimizer, run.state,
-                                              run.tb, run.times)
+    cfg, task, optimizer, state, times = run.cfg, run.task, run.optimizer, run.state, run.times
     named, steps, every = list(task.model.named_parameters()), cfg.steps, cfg.log
-    dtype, device = named[0][1].dtype, named[0][1].device
-    rtol = 4 * torch.finfo(dtype).eps if cfg.stop.rtol is None else cfg.stop.rtol
+    rtol = 4 * torch.finfo(named[0][1].dtype).eps if cfg.stop.rtol is None else cfg.stop.rtol
     next_peak = 5 if cfg.profile else 1  # after the profiler's steps: one profiler at a time
     task.model.train()
     with Progress(steps, state.step) as progress:
         for step in range(state.step, steps):
             t0 = time.perf_counter()
-            logged = step % every.every == 0 or step == steps - 1
-            evaluate(task, tb, state, step, every.val_every and step % every.val_every == 0,
+            read = step % every.every == 0 or step == steps - 1  # the loss read off the device
+            evaluate(task, run.tb, state, step, every.val_every and step % every.val_every == 0,
                      step and every.figure_every and step % every.figure_every == 0)
-            closure = Closure(task, run.forward, task.batch(step), optimizer, count=logged,
-                              check=logged or bool(cfg.stop.patience))
-            sample = bool(every.memory_every) and logged and step >= next_peak
+            closure = Closure(task, run.forward, task.batch(step), optimizer, count=read,
+                              check=read or bool(cfg.stop.patience))
+            sample = bool(every.memory_every) and read and step >= next_peak
             t_step = time.perf_counter()
-            with step_peak(device) if sample else nullcontext() as peak:
+            with step_peak(named[0][1].device) if sample else nullcontext() as peak:
                 optimizer.step(closure)
-            ms = (time.perf_counter() - t_step) * 1e3
-            bisect.insort(times, ms)
+            bisect.insort(times, ms := (time.perf_counter() - t_step) * 1e3)
+            lr = run.scheduler.get_last_lr()[0] if run.scheduler is not None else None
             if run.scheduler is not None:
-                lr = run.scheduler.get_last_lr()[0]  # the lr this step ran with
                 run.scheduler.step()
-            state.record(closure.loss, time.perf_counter() - t0, logged, rtol, cfg.stop.patience)
+            state.record(closure.loss, time.perf_counter() - t0, read, rtol, cfg.stop.patience)
             last = state.converged or run.signals.stopping() or state.step == steps
-            if logged:
+            if read:
                 state.saved_bytes = closure.saved_bytes
-            if logged or last:  # the last step, whatever stopped the run, as the console's
-                values = {"loss/train": state.loss, "optim/evals": closure.evals,
-                          "time/step_ms": ms, "time/step_ms_median": times[len(times) // 2],
-                          "time/train_s": state.train_s, "memory/saved_bytes": state.saved_bytes,
-                          "memory/peak_rss_bytes": peak_rss_bytes(), **norms(named)}
-                values |= {f"optim/{k}": v for k, v in getattr(optimizer, "last_stats", {}).items()}
-                if closure.grad_norm is not None:
-                    values["optim/grad_norm"] = closure.grad_norm.item()
-                if run.scheduler is not None:
-                    values["optim/lr"] = lr
+            if read or last:  # a logged step: the last one too, whatever stopped the run
+                run.tb.scalars(step, _scalars(run, closure, ms, lr, peak, named))
                 if peak is not None:
-                    values["memory/peak_bytes"] = peak.bytes
                     next_peak = (step // every.memory_every + 1) * every.memory_every
-                tb.scalars(step, values)
             if every.hist_every and step % every.hist_every == 0:
-                tb.histograms(step, named)
+                run.tb.histograms(step, named)
             if run.prof is not None:
                 run.prof.step()
-            progress.update(state.step, state.loss if logged else None)
+            progress.update(state.step, state.loss if read else None)
             if every.console_every and state.step % every.console_every == 0:
                 log.info("step %d  loss %.6g", step, float(state.loss))
             if last:
                 return  # the caller saves the end
             if cfg.ckpt.every and state.step % cfg.ckpt.every == 0:
                 run.save("running")
+
+
+def _scalars(run: Training, closure: Closure, ms: float, lr: float | None, peak: Any,
+             named: list) -> dict[str, float]:
+    """A logged step's scalars: its loss, time, memory, norms and the optimizer's numbers."""
+    state, times, grad_norm = run.state, run.times, closure.grad_norm
+    values = {"loss/train": state.loss, "optim/evals": closure.evals, "time/step_ms": ms,
+              "time/step_ms_median": times[len(times) // 2], "time/train_s": state.train_s,
+              "memory/saved_bytes": state.saved_bytes, "memory/peak_rss_bytes": peak_rss_bytes(),
+              "memory/peak_bytes": peak and peak.bytes, "optim/lr": lr, **norms(named),
+              "optim/grad_norm": None if grad_norm is None else grad_norm.item(),
+              **{f"optim/{k}": v for k, v in getattr(run.optimizer, "last_stats", {}).items()}}
+    return {k: v for k, v in values.items() if v is not None}  # those this step has
 
 
 def evaluate(task: Any, tb: Any, state: State, step: int, val: bool, fig: bool) -> Any:

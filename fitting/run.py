@@ -17,16 +17,18 @@ from typing import Any
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
-from fitting.files import write_atomic
-from fitting.loop import NonFinite, Run, SecondSignal, Signals, State, Stopped, evaluate, train
-from fitting.precheck import OpRefused, precheck
-from fitting.rundir import WRITE_FAULT, RunDir, fault, resume_command, resume_config
-from fitting.slots import describe, resolve, source, uses
+from fitting.loop import NonFinite, SecondSignal, Signals, State, Stopped, Training, evaluate, train
+from fitting.opcheck.boundary import OpRefused, resolve
+from fitting.opcheck.precheck import precheck
+from fitting.resume import resume_command, resume_config
+from fitting.rundir import WRITE_FAULT, RunDir, fault
+from fitting.slots import describe, source, uses
+from fitting.track.files import write_atomic
 from fitting.track.memory import peak_rss_bytes
 from fitting.track.tensorboard import TensorBoard
 
@@ -45,12 +47,20 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
             _quiet_write_faults(stack)
             if cfg.resume is not None:
                 cfg = resume_config(cfg, out, given)
-            check(cfg)
+            with _as_config_error():
+                kind = get_class(cfg.task._target_)  # the task's class: its name and slots
+            opt = hydra and hydra.runtime.choices.get("optimizer") or _name(cfg.optimizer)
+            check(cfg, f"{kind.name}_{opt}")  # conf/task_optimizer/<task>_<optimizer>.yaml
+            with _as_config_error():
+                if kind.residuals is None and hasattr(get_class(cfg.optimizer._target_),
+                                                      "residuals_at"):
+                    raise ConfigError(f"optimizer={opt} fits residuals, and task={kind.name}'s "
+                                      "loss is a cross-entropy: use adam, sgd, gd or lbfgs")
             device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                                   if cfg.device == "auto" else str(cfg.device))
             dtype = getattr(torch, str(cfg.dtype))
             _torch_settings(cfg, stack)
-            ops = _prepare_ops(cfg, device, dtype)
+            ops = _prepare_ops(cfg, kind.slots, device, dtype)
             with _as_config_error():
                 torch.manual_seed(cfg.seed)  # the model's initialization; data have their own
                 task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
@@ -63,7 +73,7 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
             payload = rundir.claim(cfg, given, HydraConfig.instance().cfg if hydra else None)
             state = State() if payload is None else restore(payload, task, optimizer, scheduler)
             ckpt.saved = payload and state.step
-            info = _describe(cfg, device, ops)
+            info = _describe(cfg, kind.name, device, ops)
             log.info("task=%s %s %s", info["task"], " ".join(
                 f"ops.{s}={t}" for s, t in info["ops"].items()), info["run"].split(" ", 1)[1])
             if not rundir.new:
@@ -77,21 +87,21 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                       WRITE_FAULT) from None
 
 
-def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
-    """The model's op in each slot (cfg.task.ops, built by Hydra through fitting.slots.op), a
+def _prepare_ops(cfg: DictConfig, slots: tuple[str, ...], device: torch.device,
+                 dtype: torch.dtype) -> dict[str, Any]:
+    """The function ops.<slot> names for each slot the task's model calls, resolved once, a
     user's op pre-checked for the uses this run makes of it; ConfigError if one is refused."""
     ops, needs = {}, uses(_name(cfg.optimizer), cfg.compile)
-    for slot in cfg.task.ops:
+    for slot in slots:
         choice = _choice(cfg, slot)
         key = f"ops.{slot}={describe(choice)}"
-        with _as_config_error():
+        try:  # its one line whole: a pre-check's ends with the card's command
             ops[slot] = resolve(slot, choice, key)
-        if choice not in ("custom", "builtin"):
-            try:
+            if choice not in ("custom", "builtin"):
                 precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice, key=key,
                          uses=needs)
-            except OpRefused as err:  # its one line whole: it ends with the card's command
-                raise ConfigError(str(err)) from None
+        except OpRefused as err:
+            raise ConfigError(str(err)) from None
     return ops
 
 
@@ -101,9 +111,9 @@ def _choice(cfg: DictConfig, slot: str) -> str | dict:
     return OmegaConf.to_object(choice) if isinstance(choice, DictConfig) else str(choice)
 
 
-def _name(node: DictConfig) -> str:
-    """A task's or optimizer's short name, from its _target_ (fitting.optim.LM -> lm)."""
-    return node._target_.rsplit(".", 1)[-1].lower().removesuffix("task")
+def _name(optimizer: DictConfig) -> str:
+    """An optimizer's short name, from its _target_ (fitting.optim.LM -> lm)."""
+    return optimizer._target_.rsplit(".", 1)[-1].lower()
 
 
 def last(ckpt: Checkpoint) -> str:
@@ -115,10 +125,10 @@ def last(ckpt: Checkpoint) -> str:
             f"{resume_command(ckpt.path.parent)}")
 
 
-def _describe(cfg: DictConfig, device: torch.device, ops: dict[str, Any]) -> dict[str, Any]:
+def _describe(cfg: DictConfig, task: str, device: torch.device, ops: dict) -> dict[str, Any]:
     """The run in words: task, optimizer, each op's choice (a user's with its source file's
     sha256, so two versions read as two) and the rest (`run`, one line)."""
-    task, opt = _name(cfg.task), _name(cfg.optimizer)
+    opt = _name(cfg.optimizer)
     choices = {s: _choice(cfg, s) for s in ops}
     sources = {s: found for s, c in choices.items()
                if c not in ("custom", "builtin") and (found := source(ops[s]))}
@@ -161,8 +171,8 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
         if status != "running":
             _results(out, status, cfg, state, loop.times, info, summary or {})
 
-    loop = Run(cfg, task, optimizer, state, tb, signals, save, prof=prof, scheduler=scheduler,
-               forward=torch.compile(task.model) if cfg.compile else task.model)
+    loop = Training(cfg, task, optimizer, state, tb, signals, save, prof=prof, scheduler=scheduler,
+                    forward=torch.compile(task.model) if cfg.compile else task.model)
     try:
         train(loop)
         if signals.signum is not None and not state.converged and state.step < cfg.steps:
@@ -243,8 +253,7 @@ def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[
             "step_ms_median": times[len(times) // 2] if times else None,  # the loop sorts them
             "saved_bytes": state.saved_bytes, "peak_rss_bytes": peak_rss_bytes(),
             "train_s": state.train_s,
-            **{k: info[k] for k in ("task", "optimizer", "ops", "op_sources")},
-            "summary": summary}
+            **{k: info[k] for k in ("task", "optimizer", "ops", "op_sources")}, "summary": summary}
     write_atomic(out / RESULTS, (json.dumps(data, indent=2) + "\n").encode())
 
 

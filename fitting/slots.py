@@ -1,17 +1,15 @@
 """The op slots, in one place: for each, our op, its built-in twin, the layer that calls it, the
-task whose model does, the inputs it is called with; and which uses each optimizer makes of the
-ops. The config (ops.*), the app (its ops and their pre-check), the card and the tests read it.
+inputs it is called with; and which uses each optimizer makes of the ops. The config (ops.*),
+the app (its ops and their pre-check), the card and the tests read it; a task declares the slots
+its model calls (fitting.tasks).
 
 A slot's choice is `custom` (ours), `builtin` (the twin), `<module>:<name>` (pkgutil.resolve_name,
 from the current dir or PYTHONPATH) or Hydra's `{_target_: <module>.<name>, _partial_: true, ...}`;
-conf/task/*.yaml hands each to `op` through Hydra's instantiate.
+fitting.run resolves each once (fitting.opcheck.boundary.resolve, inside the boundary).
 """
 
-import functools
 import hashlib
-import inspect
 import os
-import pkgutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 import models.ops
-from fitting.boundary import CannotRun, guarded
 from models.forecast import Attention, Forecaster, GatedMLP
 from models.layers import Activation, FusedConvBN2d, Linear, RMSNorm
 from models.poly3 import Poly3
@@ -32,10 +29,6 @@ EDGES = {"x = 0, -0, ±1e-3, ±1.5": (0.0, -0.0, 1e-3, -1e-3, 1.5, -1.5),
          "x = ±inf, NaN": (torch.inf, -torch.inf, torch.nan)}
 
 
-class OpRefused(ValueError):
-    """An op its slot cannot use (it does not resolve, cannot run, or fails a use); one line."""
-
-
 @dataclass(frozen=True)
 class Slot:
     """One op slot: ours, its twin, who calls it and its sample inputs (requires_grad: trains)."""
@@ -43,7 +36,6 @@ class Slot:
     ours: Callable
     twin: Callable
     layer: type  # the module that calls it
-    task: str  # conf/task/<task>.yaml: the smallest task whose model calls it (the card trains it)
     samples: Callable[..., list[Sample]]  # (dtype, device, big=False): big, the model's size
 
 
@@ -113,120 +105,36 @@ def _transformer_samples(slot: str) -> Callable:
 
 
 SLOTS: dict[str, Slot] = {
-    "linear": Slot(models.ops.linear, F.linear, Linear, "mlp", _linear_samples),
-    "activation": Slot(models.ops.relu, torch.relu, Activation, "mlp", _elementwise(
+    "linear": Slot(models.ops.linear, F.linear, Linear, _linear_samples),
+    "activation": Slot(models.ops.relu, torch.relu, Activation, _elementwise(
         {"x, as the mlp calls it": (4, 8), "x 4-D, as in the cnn": (2, 3, 4, 4)},
         {"x (256, 64), as the mlp calls it": (256, 64)})),
     "conv_bn": Slot(models.ops.fused_conv_bn2d, models.ops.conv_bn_reference, FusedConvBN2d,
-                    "cnn", _conv_bn_samples),
+                    _conv_bn_samples),
     "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, Poly3,
-                        "poly3", _elementwise({"x, as poly3 calls it": (16,)},
-                                              {"x (2000,), as poly3 calls it": (2000,)})),
-    "norm": Slot(models.ops.rms_norm, models.ops.rms_norm_reference, RMSNorm, "forecast",
+                        _elementwise({"x, as poly3 calls it": (16,)},
+                                     {"x (2000,), as poly3 calls it": (2000,)})),
+    "norm": Slot(models.ops.rms_norm, models.ops.rms_norm_reference, RMSNorm,
                  _transformer_samples("norm")),
-    "glu": Slot(models.ops.swiglu, models.ops.swiglu_reference, GatedMLP, "forecast",
+    "glu": Slot(models.ops.swiglu, models.ops.swiglu_reference, GatedMLP,
                 _transformer_samples("glu")),
-    "rope": Slot(models.ops.rope, models.ops.rope_reference, Attention, "forecast",
+    "rope": Slot(models.ops.rope, models.ops.rope_reference, Attention,
                  _transformer_samples("rope")),
     "attention": Slot(models.ops.attention, models.ops.attention_reference, Attention,
-                      "forecast", _transformer_samples("attention")),
+                      _transformer_samples("attention")),
     "cross_entropy": Slot(models.ops.linear_cross_entropy,
-                          models.ops.linear_cross_entropy_reference, Forecaster, "forecast",
+                          models.ops.linear_cross_entropy_reference, Forecaster,
                           _transformer_samples("cross_entropy")),
 }
 # What an optimizer computes through the ops beyond training's forward and gradient: newton a
 # Hessian by double backward, lm a Jacobian by forward AD (or by double backward where an op
 # has no jvp). compile=true adds "compiles".
-USES = {"gd": (), "sgd": (), "adam": (), "lbfgs": (), "newton": ("second_order",),
-        "lm": ("forward_ad",)}
+USES = {"newton": ("second_order",), "lm": ("forward_ad",)}
 
 
 def uses(optimizer: str, compiled: bool = False) -> tuple[str, ...]:
     """The uses a run makes of its ops: training, what `optimizer` (a name) needs, compiles."""
     return ("training", *USES.get(optimizer, ()), *(("compiles",) if compiled else ()))
-
-
-def op(slot: str, choice: Any) -> Callable:
-    """The function `slot` runs for `choice` (the config's `_target_` for every op)."""
-    if callable(choice):  # Hydra already built it from a {_target_: ..., _partial_: true} choice
-        return choice
-    if choice in ("custom", "builtin"):
-        return SLOTS[slot].ours if choice == "custom" else SLOTS[slot].twin
-    return load(str(choice))
-
-
-def load(spec: str) -> Callable:
-    """A user's op named `<module>:<name>`, imported from the current dir or PYTHONPATH; a
-    torch.autograd.Function subclass as its `.apply`."""
-    module, _, name = spec.partition(":")
-    if not (module and name):
-        raise ValueError("expected custom, builtin, <module>:<name> or "
-                         "{_target_:<module>.<name>,_partial_:true,<arg>:<value>}")
-    top, cwd = module.split(".")[0], os.getcwd()
-    mine = next((p for p in (f"{top}.py", f"{top}/__init__.py") if os.path.isfile(p)), None)
-    loaded = getattr(sys.modules.get(top), "__file__", None)
-    if mine and loaded and not os.path.samefile(mine, loaded):  # the lab's package wins
-        raise ValueError(f"{spec}: your {os.path.abspath(mine)} is hidden by the lab's package "
-                         f"{top}; rename it (e.g. my_{top}.py) and name the new module")
-    sys.path.insert(0, cwd)
-    try:
-        obj = pkgutil.resolve_name(spec)
-    finally:
-        sys.path.remove(cwd)
-    if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
-        return obj.apply
-    if not callable(obj):
-        raise ValueError(f"{spec}: {name} is a {type(obj).__name__}, not callable")
-    return obj
-
-
-def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
-    """The function a choice names, built as the config builds it (Hydra's instantiate of
-    {_target_: fitting.slots.op, ...}); OpRefused, one line naming `key`, if it names none."""
-    from hydra.utils import instantiate
-
-    key = key or f"ops.{slot}={describe(choice)}"
-    try:
-        with guarded():  # importing the user's module runs its code
-            fn = instantiate({"_target_": "fitting.slots.op", "slot": slot, "choice": choice})
-    except Exception as err:  # noqa: BLE001  an import error, a bad _target_, the user's code
-        partial = isinstance(choice, dict) and not choice.get("_partial_")
-        raise OpRefused(f"{key}: {line(err)}" + "; add _partial_: true" * partial) from None
-    if not callable(fn) or isinstance(fn, torch.Tensor):
-        raise OpRefused(f"{key}: not a function; give _target_ and _partial_: true")
-    return fn
-
-
-def param_names(*fns: Callable) -> list[str]:
-    """The positional parameter names of the first of `fns` that shows any (a Function: its
-    forward's, less ctx; a torch.library op: the function it was made from)."""
-    for fn in fns:
-        while isinstance(fn, functools.partial):
-            fn = fn.func
-        owner, skip = getattr(fn, "__self__", None), 0
-        if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
-            fn, skip = owner.forward, owner.setup_context is torch.autograd.Function.setup_context
-        try:
-            params = list(inspect.signature(getattr(fn, "_init_fn", fn)).parameters.values())
-        except (TypeError, ValueError):
-            continue
-        names = [p.name for p in params[skip:]
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if names:
-            return names
-    return []
-
-
-def line(err: BaseException) -> str:
-    """`Type: first line` of the innermost cause (the real one under a framework's rethrows);
-    a CannotRun's own words."""
-    while not isinstance(err, CannotRun) and (err.__cause__ or err.__context__):
-        err = err.__cause__ or err.__context__
-    if isinstance(err, CannotRun):
-        return str(err)
-    lines = [s.strip() for s in str(err).splitlines() if s.strip()]
-    where = next((f" ({s})" for s in lines if s.startswith("Caused by:")), "")  # dynamo's
-    return f"{type(err).__name__}: {lines[0]}{where}"[:300] if lines else type(err).__name__
 
 
 def describe(choice: Any) -> str:
@@ -239,10 +147,7 @@ def describe(choice: Any) -> str:
 
 def source(fn: Callable) -> dict[str, str] | None:
     """The file that defines `fn` and its sha256 (which version of a user's op ran), or None."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    owner = getattr(fn, "__self__", None)  # a Function's .apply
-    module = sys.modules.get(getattr(owner if isinstance(owner, type) else fn, "__module__", ""))
+    module = sys.modules.get(getattr(models.ops.unwrap(fn)[0], "__module__", ""))
     path = getattr(module, "__file__", None)
     if not path or not os.path.isfile(path) or path.startswith(os.path.dirname(torch.__file__)):
         return None  # not a file of the user's

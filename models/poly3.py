@@ -5,7 +5,7 @@ from torch import nn
 
 from .layers import Op, op_name
 from .ops import legendre_p3 as _legendre_p3
-from .ops import legendre_p3_reference
+from .ops import legendre_p3_reference, unwrap
 
 # The tutorial's starting point: y = -P3(0.3 x).
 TUTORIAL_START = {"a": 0.0, "b": -1.0, "c": 0.0, "d": 0.3}
@@ -15,9 +15,7 @@ def short_name(op: Op) -> str:
     """P3 for ours and its twin; else the op's own name (a Function's class, a partial's fn)."""
     if op in (_legendre_p3, legendre_p3_reference):
         return "P3"
-    op = getattr(op, "func", op)  # functools.partial, as Hydra's _partial_ makes it
-    owner = getattr(op, "__self__", None)  # Function.apply is bound to the Function's class
-    named = owner if isinstance(owner, type) and issubclass(owner, torch.autograd.Function) else op
+    named = unwrap(op)[0]
     return getattr(named, "__name__", type(named).__name__)
 
 

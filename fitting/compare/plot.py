@@ -5,7 +5,7 @@ from functools import reduce
 
 import numpy as np
 
-from fitting.compare.runs import Run, differing, loss_gap, shown
+from fitting.compare.runs import RunRecord, differing, loss_gap, shown
 from fitting.compare.seeds import experiments, judged
 
 MAX_ROWS = 6
@@ -34,7 +34,7 @@ def _say(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey")
 
 
-def _row(ax_loss, ax_gap, row: list[Run]) -> None:
+def _row(ax_loss, ax_gap, row: list[RunRecord]) -> None:
     judgements, slots = judged(row), differing(row)
     refs, gaps = judgements[0][1] == "ref", False
     for i, (group, verdict, _) in enumerate(judgements):
@@ -69,7 +69,7 @@ def _row(ax_loss, ax_gap, row: list[Run]) -> None:
              else "missing: no step logged by both")
 
 
-def figure(runs: list[Run]):
+def figure(runs: list[RunRecord]):
     """The comparison figure (a matplotlib Figure): a row of two panels per experiment."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # no display, no pyplot
     from matplotlib.figure import Figure

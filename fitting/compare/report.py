@@ -12,7 +12,6 @@ import sys
 import textwrap
 
 from fitting.compare.runs import (
-    DIFF_TAG,
     pair,
     pairs_table,
     read_runs,
@@ -22,7 +21,8 @@ from fitting.compare.runs import (
     write_differences,
 )
 from fitting.compare.seeds import RULE, verdict_lines
-from fitting.files import write_atomic
+from fitting.track.files import write_atomic
+from fitting.track.tensorboard import DIFF_TAG
 
 PROG = "python -m fitting.compare"
 NOTES = """\

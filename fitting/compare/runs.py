@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fitting.files import replace_dir
+from fitting.slots import describe
+from fitting.track.files import replace_dir
+from fitting.track.tensorboard import DIFF_TAG
 
-DIFF_TAG = "loss/train_diff"
 DONE = ("completed", "converged")  # results.json's statuses of a job that ran to its end
 # Every scalar; one image and histogram per tag (reading them is the cost, keeping them memory).
 SIZE_GUIDANCE = {"scalars": 0, "images": 1, "histograms": 1, "compressedHistograms": 1}
-# A run's numbers (Run.number): results.json's key, else the tag's logged values.
+# A run's numbers (RunRecord.number): results.json's key, else the tag's logged values.
 FINAL_LOSS, STEP_MS = ("final_loss", "loss/train"), ("step_ms_median", "time/step_ms_median")
 SAVED_BYTES = ("saved_bytes", "memory/saved_bytes", np.median)
 PEAK = ("peak_bytes", "memory/peak_bytes", max)
@@ -26,7 +27,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster a
 
 
 @dataclass
-class Run:
+class RunRecord:
     """One run dir: config, results.json ({} if none), scalars, HParams, its reference."""
 
     name: str  # the path under the root, os.fsdecode'd: surrogates stand for non-UTF-8 bytes
@@ -37,7 +38,7 @@ class Run:
     ops: dict[str, str]  # each slot's op choice as text (a user's op: `text @<its file's hash>`)
     status: str  # results.json's (completed, diverged, ...), else running or killed
     overrides: list[str]  # the job's command-line overrides (.hydra/overrides.yaml)
-    reference: "Run | None" = None
+    reference: "RunRecord | None" = None
 
     def number(self, key: str, tag: str, pick=lambda values: values[-1]) -> float | None:
         """results.json's `key`, else `pick` of the tag's logged values; None without both."""
@@ -48,13 +49,10 @@ class Run:
 
 
 def _op_text(choice: Any, config: dict[str, Any]) -> str:
-    """As fitting.ops.describe_op (which imports torch), an interpolation (`${impl}`) resolved."""
+    """The choice as fitting.slots.describe writes it, an interpolation (`${impl}`) resolved."""
     if isinstance(choice, str) and re.fullmatch(r"\$\{\w+\}", choice):
         choice = config.get(choice[2:-1], choice)
-    if not isinstance(choice, dict):
-        return str(choice)
-    args = ", ".join(f"{k}={v}" for k, v in choice.items() if not str(k).startswith("_"))
-    return f"{choice.get('_target_', '?')}({args})"
+    return describe(choice)
 
 
 def shown(text: str) -> str:
@@ -83,7 +81,7 @@ def _scalars(path: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             for tag in acc.Tags()["scalars"] for events in [acc.Scalars(tag)]}
 
 
-def read_runs(root: str | os.PathLike) -> list[Run]:
+def read_runs(root: str | os.PathLike) -> list[RunRecord]:
     """The run dirs (with .hydra/config.yaml or results.json) under `root`, in job order."""
     root = os.path.abspath(os.fsdecode(root))
     runs = []
@@ -101,33 +99,33 @@ def read_runs(root: str | os.PathLike) -> list[Run]:
         ops = {s: str(done[s]) if s in done else _op_text(ops[s], config) for s in done or ops}
         overrides = _load(os.path.join(path, ".hydra", "overrides.yaml"),  # a list: as dict keys
                           lambda f: dict.fromkeys(yaml.load(f, _Loader) or ())) or {}
-        runs.append(Run(name, path, config, result, _scalars(path), ops,
+        runs.append(RunRecord(name, path, config, result, _scalars(path), ops,
                         str(result.get("status", "running or killed")), list(overrides)))
     return runs
 
 
-def group_key(run: Run, *ignore: str) -> str:
+def group_key(run: RunRecord, *ignore: str) -> str:
     """The config but ops (and `ignore`): equal for runs that differ only in their ops."""
     cfg = {k: v for k, v in run.config.items() if k not in ("ops", "impl", *ignore)}
     return json.dumps(cfg, sort_keys=True, default=str) if run.config else run.path
 
 
-def differing(runs: list[Run]) -> list[str]:
+def differing(runs: list[RunRecord]) -> list[str]:
     """The op slots whose choice differs across `runs` (a run without the slot: no choice)."""
     slots = dict.fromkeys(slot for run in runs for slot in run.ops)
     return [s for s in slots if len({r.ops[s] for r in runs if s in r.ops}) > 1]
 
 
-def reference(runs: list[Run]) -> Run:
+def reference(runs: list[RunRecord]) -> RunRecord:
     """Of runs differing only in ops (and seed): the builtin run, else torch.'s, else the first."""
     slots = differing(runs)
     return max(runs, key=lambda r: (sum(r.ops.get(s) == "builtin" for s in slots),
                                     sum(r.ops.get(s, "").startswith("torch.") for s in slots)))
 
 
-def pair(runs: list[Run]) -> None:
+def pair(runs: list[RunRecord]) -> None:
     """Set each run's `reference`: of runs differing only in ops, builtin, torch. or the first."""
-    groups: dict[str, list[Run]] = {}
+    groups: dict[str, list[RunRecord]] = {}
     for run in runs:
         groups.setdefault(group_key(run), []).append(run)
     for group in groups.values():
@@ -136,7 +134,7 @@ def pair(runs: list[Run]) -> None:
             run.reference = ref if run.ops != ref.ops else None
 
 
-def loss_gap(mine: Run, ref: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def loss_gap(mine: RunRecord, ref: RunRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps, mine − reference, reference) of loss/train at the steps both logged."""
     (sa, va), (sb, vb) = (r.scalars.get("loss/train", ([], [])) for r in (mine, ref))
     steps, ia, ib = np.intersect1d(sa, sb, return_indices=True)
@@ -159,7 +157,7 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
                      for cells in [header, ["---"] * len(header), *rows])
 
 
-def _numbers(run: Run, refs: set[int]) -> list[str]:
+def _numbers(run: RunRecord, refs: set[int]) -> list[str]:
     """A run's cells after its name and ops: final loss, Δ, step ms, × ref, saved bytes, status."""
     ref, loss, ms = run.reference, run.number(*FINAL_LOSS), run.number(*STEP_MS)
     delta = times = "ref" if id(run) in refs else ""
@@ -171,7 +169,7 @@ def _numbers(run: Run, refs: set[int]) -> list[str]:
             run.status]
 
 
-def runs_table(runs: list[Run]) -> str:
+def runs_table(runs: list[RunRecord]) -> str:
     """The per-run markdown table (after `pair`); ops: the choices that differ across runs."""
     slots, refs = differing(runs), {id(r.reference) for r in runs}
     rows = [[f"`{shown(run.name)}`",
@@ -196,12 +194,12 @@ def pairs_table(runs: list) -> str:
     return markdown(header, rows) if rows else "No pairs: no two runs differ only in their ops."
 
 
-def job(run: Run) -> str:
+def job(run: RunRecord) -> str:
     """The run's name, a sweep job's dir (`3_seed=1,...`) cut to its number: `#3`."""
     return shown(re.sub(r"(^|/)(\d+)_[^/]*$", r"\1#\2", run.name))
 
 
-def terminal_table(runs: list[Run], width: int = 100) -> str:
+def terminal_table(runs: list[RunRecord], width: int = 100) -> str:
     """The per-run table (after `pair`) aligned in `width` columns: the job's number and the
     overrides that differ but ops, a column per op slot that differs, ops by their short name."""
     from tabulate import tabulate
@@ -233,9 +231,9 @@ def terminal_table(runs: list[Run], width: int = 100) -> str:
             caps[caps.index(max(caps))] -= 1
 
 
-def write_differences(runs: list[Run], out: str) -> list[str]:
+def write_differences(runs: list[RunRecord], out: str) -> list[str]:
     """Write `out`/differences: a DIFF_TAG run per pair; say what each line shows, in words."""
-    from tensorboard.summary import Writer  # TensorBoard's own, numpy only: no torch to import
+    from tensorboard.summary import Writer  # TensorBoard's own writer of event files
 
     lines = []
     with tempfile.TemporaryDirectory() as tmp:  # TensorBoard writes only to UTF-8 paths

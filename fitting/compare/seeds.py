@@ -11,7 +11,7 @@ import numpy as np
 from fitting.compare.runs import (
     DONE,
     FINAL_LOSS,
-    Run,
+    RunRecord,
     differing,
     group_key,
     job,
@@ -57,15 +57,15 @@ def trains_same(mine: Sequence[float], ref: Sequence[float], identical: bool) ->
         "differs", f"differs (p < {ALPHA}); {text}")
 
 
-def experiments(runs: list[Run]) -> list[list[Run]]:
+def experiments(runs: list[RunRecord]) -> list[list[RunRecord]]:
     """The runs (after `pair`) by experiment: alike but for ops and seed; those with pairs first."""
-    found: dict[str, list[Run]] = {}
+    found: dict[str, list[RunRecord]] = {}
     for run in runs:
         found.setdefault(group_key(run, "seed"), []).append(run)
     return sorted(found.values(), key=lambda row: all(r.reference is None for r in row))
 
 
-def judged(row: list[Run]) -> list[tuple[list[Run], str | None, str]]:
+def judged(row: list[RunRecord]) -> list[tuple[list[RunRecord], str | None, str]]:
     """An experiment's op choices, the reference's first: (their runs, 'ref' or trains_same's
     verdict, a line: the choice where it differs from the reference's, their jobs, the verdict);
     (runs, None, '') each where no run has a reference."""
@@ -77,19 +77,19 @@ def judged(row: list[Run]) -> list[tuple[list[Run], str | None, str]]:
     ref = groups.pop(json.dumps([reference(row).ops.get(s) for s in slots]))
     counted = (*DONE, "diverged")  # not a run stopped early: its last loss is no final loss
 
-    def jobs(runs: list[Run]) -> str:
+    def jobs(runs: list[RunRecord]) -> str:
         return " ".join(map(job, runs))
 
-    def finals(runs: list[Run]) -> list[float]:
+    def finals(runs: list[RunRecord]) -> list[float]:
         return [math.nan if r.status == "diverged" else loss for r in runs
                 if r.status in counted and (loss := r.number(*FINAL_LOSS)) is not None]
 
-    def same_curve(run: Run) -> bool:  # as the reference's run of its seed, at every step
+    def same_curve(run: RunRecord) -> bool:  # as the reference's run of its seed, at every step
         mine = any(run.reference is r for r in ref)
         steps, gap, _ = loss_gap(run, run.reference) if mine else ([], 0, 0)
         return len(steps) > 0 and not np.any(gap)
 
-    out: list[tuple[list[Run], str | None, str]] = [(ref, "ref", "")]
+    out: list[tuple[list[RunRecord], str | None, str]] = [(ref, "ref", "")]
     for group in groups.values():
         done, ops = [r for r in group if r.status in counted], group[0].ops
         verdict, text = trains_same(finals(group), finals(ref), bool(done) and all(
@@ -100,6 +100,6 @@ def judged(row: list[Run]) -> list[tuple[list[Run], str | None, str]]:
     return out
 
 
-def verdict_lines(runs: list[Run]) -> list[str]:
+def verdict_lines(runs: list[RunRecord]) -> list[str]:
     """A line per op choice with a reference (after `pair`): judged's."""
     return [line for row in experiments(runs) for _, verdict, line in judged(row)[1:] if verdict]

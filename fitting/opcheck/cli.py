@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from fitting import slots, verdict
-from fitting.boundary import CannotRun
+from fitting import slots
+from fitting.opcheck import verdict
+from fitting.opcheck.boundary import CannotRun, OpRefused, line, param_names, resolve
 from fitting.opcheck.cost import cost
 from fitting.opcheck.trains import trains
-from fitting.slots import OpRefused
-from fitting.uses import NAMES, judge, library_opcheck, slot_case
+from fitting.opcheck.uses import NAMES, judge, library_opcheck, slot_case
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
@@ -72,7 +72,7 @@ def _any_samples(args, dtype, device) -> list[verdict.Sample]:
         cases = {"x": x + 0.1 * x.sign(), **{k: torch.tensor(v * n)[:n].reshape(shape)
                                             for k, v in slots.EDGES.items()}}
         return [(k, (t.to(device, dtype).requires_grad_(),), {}, True) for k, t in cases.items()]
-    made = slots.resolve("any", args.inputs, f"--inputs {args.inputs}")()
+    made = resolve("any", args.inputs, f"--inputs {args.inputs}")()
     if not (isinstance(made, list) and made and all(len(s) == 2 for s in made)):
         raise OpRefused(f"--inputs {args.inputs}: expected a list of (args, kwargs)")
     samples = [(f"sample {i}", tuple(a), dict(k), True) for i, (a, k) in enumerate(made)]
@@ -88,7 +88,7 @@ def _device(text: str) -> torch.device:
         device = torch.device(text)
         torch.empty(1, device=device)
     except Exception as err:
-        raise OpRefused(f"--device {text}: not available here: {slots.line(err)}") from None
+        raise OpRefused(f"--device {text}: not available here: {line(err)}") from None
     return device
 
 
@@ -97,14 +97,14 @@ def _setup(args) -> tuple[str, str, verdict.Case]:
     dtype, device = DTYPES[args.dtype], _device(args.device)
     spec, ref_spec = parse_spec(args.spec), parse_spec(args.ref or "builtin")
     key = f"{'any ' if args.slot == 'any' else f'ops.{args.slot}='}{slots.describe(spec)}"
-    fn = slots.resolve(args.slot, spec, key)
-    ref = slots.resolve(args.slot, ref_spec, f"--ref {slots.describe(ref_spec)}") if args.ref \
+    fn = resolve(args.slot, spec, key)
+    ref = resolve(args.slot, ref_spec, f"--ref {slots.describe(ref_spec)}") if args.ref \
         else None
     if args.slot == "any":
         if not ref or not (args.shape or args.inputs):
             raise OpRefused("any: give --ref and --shape 64,8 or --inputs <module>:<fn>")
         case = verdict.Case(fn, ref, ref, _any_samples(args, dtype, device),
-                            slots.param_names(fn, ref), verdict.TOL[dtype])
+                            param_names(fn, ref), verdict.TOL[dtype])
     else:
         try:
             case = slot_case(args.slot, fn, dtype, device, ref)
@@ -120,7 +120,7 @@ def _setup(args) -> tuple[str, str, verdict.Case]:
 
 
 def card(case: verdict.Case, args) -> dict[str, list[verdict.Finding]]:
-    """Each row's findings: the uses (fitting.uses), torch.library, cost, trains the same."""
+    """Each row's findings: the uses (uses.py), torch.library, cost, trains the same."""
     uses = ("training", "second_order", "forward_ad", *(() if args.no_compile else ("compiles",)))
     found = {NAMES[u]: f for u, f in judge(case, uses, args.backend).items()}
     found.setdefault("compiles", [("n/a", "not tried (--no-compile)")])

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 from torch.utils import benchmark
 
-from fitting.boundary import guarded
+from fitting.opcheck.boundary import guarded
+from fitting.opcheck.verdict import Finding, Sample, call_on, incoming, leaves_of, parts_of
 from fitting.track.memory import step_peak
-from fitting.verdict import Finding, Sample, call_on, incoming, leaves_of, parts_of
 from models.ops import saved_tensor_bytes
 
 

@@ -9,27 +9,21 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from fitting.boundary import guarded
 from fitting.compare.seeds import trains_same
-from fitting.config import REPO_ROOT  # importing it registers the schemas conf/ needs
+from fitting.config import REPO_ROOT, register
 from fitting.loop import Closure
+from fitting.opcheck.boundary import guarded
+from fitting.opcheck.verdict import Finding
 from fitting.slots import SLOTS
-from fitting.tasks import ForecastTask
-from fitting.verdict import Finding
+from fitting.tasks import TASKS
 
-# short: by 300 steps relu/100 trains 3x worse
-STEPS = {"poly3": 100, "mlp": 300, "cnn": 20, "forecast": ForecastTask.card[0]}
-# mlp at a tenth of its SGD lr: early training, where every layer's gradient sets the pace (at
-# 0.1 the last layer alone fits sin about as well); cnn: data for 20 steps of 32, not 8192.
-PROTOCOL = {"mlp": ["optimizer.lr=0.01"], "cnn": ["task.n_train=640", "task.n_val=64"],
-            "forecast": list(ForecastTask.card[1])}
 SEEDS = 5
 
 
-def curve(cfg, slot: str, fn: Callable, seed: int, steps: int, dtype: torch.dtype, device
+def curve(cfg, ops: dict[str, Callable], seed: int, steps: int, dtype: torch.dtype, device
           ) -> list[float]:
-    """The training loss at each step of one seed's run with fn in `slot`."""
-    ops = {s: SLOTS[s].ours for s in cfg.task.ops} | {slot: fn}
+    """The training loss at each step of one seed's run of the task with `ops` in its slots."""
+    torch.manual_seed(seed)  # the model's initialization
     task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=seed, _convert_="all")
     noise = torch.Generator().manual_seed(seed)
     with torch.no_grad():  # each seed its own start (poly3's is fixed): the task's, times 1 ± 1%
@@ -50,18 +44,20 @@ def curve(cfg, slot: str, fn: Callable, seed: int, steps: int, dtype: torch.dtyp
 def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
            quick: bool = False) -> Finding:
     """The row: identical or the same within the seed spread (pass), or differs (wrong)."""
-    task = SLOTS[slot].task
+    task = next(t for t in TASKS.values() if slot in t.slots)  # the smallest that calls it
+    register()
     with initialize_config_dir(str(REPO_ROOT / "conf"), version_base="1.3"):  # as train.py does
-        cfg = compose("config", [f"task={task}", "optimizer=sgd", *PROTOCOL.get(task, [])])
-    seeds, steps = (3, STEPS[task] // 2) if quick else (SEEDS, STEPS[task])
+        cfg = compose("config", [f"task={task.name}", "optimizer=sgd", *task.card[1]])
+    seeds, steps = (3, task.card[0] // 2) if quick else (SEEDS, task.card[0])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the models are tiny: a second thread only adds sync cost
     try:
-        mine, theirs = ([curve(cfg, slot, f, s, steps, dtype, device) for s in range(seeds)]
-                        for f in (fn, ref))
+        ours = {s: SLOTS[s].ours for s in task.slots}
+        mine, theirs = ([curve(cfg, ours | {slot: f}, s, steps, dtype, device)
+                         for s in range(seeds)] for f in (fn, ref))
     finally:
         torch.set_num_threads(threads)
     verdict, text = trains_same([c[-1] for c in mine], [c[-1] for c in theirs], mine == theirs)
     status = {"identical": "pass", "same": "pass", "differs": "wrong"}.get(verdict, "note")
-    return status, f"{text} ({task}: {steps} steps of SGD at lr {cfg.optimizer.lr:g}, seeds " \
-        f"0-{seeds - 1})"
+    return status, f"{text} ({task.name}: {steps} steps of SGD at lr {cfg.optimizer.lr:g}, " \
+        f"seeds 0-{seeds - 1})"

@@ -27,10 +27,11 @@ class LM(Damped):
 
     def __init__(self, params: Iterable[Any], *, damping: float, scaling: str, max_tries: int,
                  max_params: int, max_jacobian_numel: int, ftol: float | None) -> None:
-        require(("damping", damping, damping > 0, "> 0"),
-                ("scaling", scaling, scaling in ("marquardt", "levenberg"),
-                 "marquardt or levenberg"),
-                ("max_jacobian_numel", max_jacobian_numel, max_jacobian_numel >= 1, ">= 1"))
+        require([("damping", damping, damping > 0, "> 0"),
+                 ("scaling", scaling, scaling in ("marquardt", "levenberg"),
+                  "marquardt or levenberg"),
+                 ("max_jacobian_numel", max_jacobian_numel, max_jacobian_numel >= 1, ">= 1")],
+                "optimizer")
         super().__init__(params, dict(damping=damping, scaling=scaling, max_tries=max_tries,
                                       max_params=max_params, ftol=ftol,
                                       max_jacobian_numel=max_jacobian_numel))

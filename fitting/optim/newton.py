@@ -8,13 +8,7 @@ from torch import Tensor
 from torch.nn.utils import parameters_to_vector
 
 from fitting.optim.derivatives import flatten, hessian
-
-
-def require(*checks: tuple[str, Any, bool, str]) -> None:
-    """ValueError naming the first (key, value, ok, allowed range) that is not ok."""
-    for key, value, ok, allowed in checks:
-        if not ok:
-            raise ValueError(f"optimizer.{key} must be {allowed}, got {value!r}")
+from fitting.tasks.shared import require
 
 
 def marquardt_scale(diag: Tensor) -> Tensor:
@@ -29,9 +23,9 @@ class Damped(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         d = defaults
-        require(("max_tries", d["max_tries"], d["max_tries"] >= 1, ">= 1"),
-                ("max_params", d["max_params"], d["max_params"] >= 1, ">= 1"),
-                ("ftol", d["ftol"], d["ftol"] is None or d["ftol"] >= 0, ">= 0 or null"))
+        require([("max_tries", d["max_tries"], d["max_tries"] >= 1, ">= 1"),
+                 ("max_params", d["max_params"], d["max_params"] >= 1, ">= 1"),
+                 ("ftol", d["ftol"], (d["ftol"] or 0) >= 0, ">= 0 or null")], "optimizer")
         super().__init__(params, defaults)
         self.params: list[Tensor] = self.param_groups[0]["params"]
         n = sum(p.numel() for p in self.params)
@@ -84,9 +78,9 @@ class Newton(Damped):
 
     def __init__(self, params: Iterable[Any], *, damping: float, min_damping: float,
                  factor: float, max_tries: int, max_params: int, ftol: float | None) -> None:
-        require(("damping", damping, damping >= 0, ">= 0"),
-                ("min_damping", min_damping, min_damping > 0, "> 0"),
-                ("factor", factor, factor > 1, "> 1"))
+        require([("damping", damping, damping >= 0, ">= 0"),
+                 ("min_damping", min_damping, min_damping > 0, "> 0"),
+                 ("factor", factor, factor > 1, "> 1")], "optimizer")
         super().__init__(params, dict(damping=damping, min_damping=min_damping, factor=factor,
                                       max_tries=max_tries, max_params=max_params, ftol=ftol))
 

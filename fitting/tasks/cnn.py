@@ -50,7 +50,8 @@ class CNNTask(Task):
     """Minibatches of batch_size from n_train images; validation MSE on n_val held-out images.
     The loss is the MSE of the standardized (a, b, c, d)."""
 
-    name, reduction = "cnn", "mean"
+    name, reduction, slots = "cnn", "mean", ("conv_bn", "activation", "linear")
+    card = (20, ("task.n_train=640", "task.n_val=64"))  # data for 20 steps of 32, not 8192
 
     def __init__(self, *, n_train: int, n_val: int, batch_size: int, image_size: int,
                  noise: float, channels: list[int], hidden: int, ops: Mapping[str, Callable],
@@ -74,7 +75,6 @@ class CNNTask(Task):
         self.val_params, self.batch_size, self.blocks = params[n_train:], batch_size, len(channels)
         # The minibatches continue the data's stream: replayed from here for any step asked.
         self.generator, self.start, self.next_step = generator, generator.get_state(), 0
-        torch.manual_seed(seed)  # the model's initialization
         self.model = CurveCNN(image_size, list(channels), hidden, device=device, dtype=dtype, **ops)
 
     def batch(self, step: int) -> Batch:

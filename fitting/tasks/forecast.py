@@ -66,7 +66,6 @@ class ForecastTask(Task):
         noisy, clean = make_curves(n_val, context + horizon, sines, noise, generator)
         self.val_tokens = self.tokens(noisy).to(device)
         self.val_past, self.val_future = noisy[:, :context], clean[:, context:]
-        torch.manual_seed(seed)  # the model's initialization
         self.model = Forecaster(vocab, context, width, depth, heads, device=device, dtype=dtype,
                                 **ops)
 

@@ -29,7 +29,9 @@ class MLPTask(Task):
     """Fit of `target` at n_points evenly spaced x on [x_min, x_max] plus Gaussian noise of std
     `noise`; validation on the noiseless target at n_val points of the same range."""
 
-    name, reduction = "mlp", "mean"
+    name, reduction, slots = "mlp", "mean", ("linear", "activation")
+    # A tenth of its SGD lr: early training, where every layer's gradient sets the pace.
+    card = (300, ("optimizer.lr=0.01",))
 
     def __init__(self, *, target: str, x_min: float, x_max: float, n_points: int, noise: float,
                  n_val: int, hidden: list[int], ops: Mapping[str, Callable],
@@ -46,7 +48,6 @@ class MLPTask(Task):
         x_val = torch.linspace(x_min, x_max, n_val, dtype=torch.float64)
         self.data, self.val = _column(x, y, device, dtype), _column(x_val, f(x_val), device, dtype)
         self.target, self.noise, self.sizes = target, noise, [1, *hidden, 1]
-        torch.manual_seed(seed)  # the model's initialization
         self.model = MLP(1, list(hidden), 1, device=device, dtype=dtype, **ops)
 
     def validate(self, model: MLP) -> float:

@@ -21,7 +21,7 @@ class Poly3Task(Task):
     """Full-batch fit of sin at n_points on [x_min, x_max] from the start `init` (a, b, c, d);
     no validation set. The data are made as the tutorial makes them, in `dtype`."""
 
-    name, reduction = "poly3", "sum"
+    name, reduction, slots, card = "poly3", "sum", ("legendre_p3",), (100, ())
 
     def __init__(self, *, n_points: int, x_min: float, x_max: float, init: Mapping[str, float],
                  ops: Mapping[str, Callable], device: torch.device | str, dtype: torch.dtype,

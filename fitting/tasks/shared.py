@@ -16,11 +16,11 @@ if TYPE_CHECKING:
 Batch = tuple[Tensor, Tensor]
 
 
-def require(checks: Iterable[tuple[str, Any, bool, str]]) -> None:
-    """ValueError naming the first (key, value, ok, allowed range) that is not ok."""
+def require(checks: Iterable[tuple[str, Any, bool, str]], group: str = "task") -> None:
+    """ValueError naming the first (key, value, ok, allowed range) that is not ok (`group.key`)."""
     for key, value, ok, allowed in checks:
         if not ok:
-            raise ValueError(f"task.{key} must be {allowed}, got {value!r}")
+            raise ValueError(f"{group}.{key} must be {allowed}, got {value!r}")
 
 
 def range_checks(n_points: int, x_min: float, x_max: float, least: int) -> list[tuple]:
@@ -31,7 +31,8 @@ def range_checks(n_points: int, x_min: float, x_max: float, least: int) -> list[
 
 
 class Task:
-    """What every task has: residuals on a batch; its whole data set as each step's batch."""
+    """What every task has: residuals on a batch; its whole data set as each step's batch. Each
+    declares `name` (task=<name>), the op `slots` its model calls, `card` (SGD steps, overrides)."""
 
     def batch(self, step: int) -> Batch:
         """The whole data set, every step."""

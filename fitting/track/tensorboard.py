@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from fitting.files import write_atomic
+from fitting.track.files import write_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -6,6 +6,7 @@ rms_norm, swiglu, rope, attention, linear_cross_entropy ~ their `*_reference`. T
 exhibits, which no training run needs, are in `models.ops.exhibits`.
 """
 
+from ._function import unwrap
 from .attention import AttentionFn, attention, attention_formula, attention_reference
 from .cross_entropy import (
     LinearCrossEntropyFn,

@@ -1,6 +1,8 @@
-"""One helper the ops' autograd Functions share so torch.compile can trace them."""
+"""Helpers about ops: a Function torch.compile can trace; what a wrapped op calls."""
 
+import functools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -15,3 +17,13 @@ def compilable(cls: type[torch.autograd.Function]) -> Callable[..., torch.Tensor
         return (traced if torch.compiler.is_compiling() else cls).apply(*args)
 
     return apply
+
+
+def unwrap(fn: Callable) -> tuple[Callable, dict[str, Any]]:
+    """What `fn` calls under its partials (a Function's `.apply`: its class) and their keywords."""
+    kwargs: dict[str, Any] = {}
+    while isinstance(fn, functools.partial):
+        fn, kwargs = fn.func, {**fn.keywords, **kwargs}
+    owner = getattr(fn, "__self__", None)  # Function.apply is bound to the Function's class
+    function = isinstance(owner, type) and issubclass(owner, torch.autograd.Function)
+    return (owner if function else fn), kwargs

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from fitting.slots import SLOTS
 from tests.helpers.train_cli import REPO, TRAIN, user_env
 from tests.train.helpers import go, same_weights
 
@@ -47,11 +48,25 @@ def test_resume_in_a_sweep_is_one_line(train_cli):
 def test_help_lists_the_choices_and_keys(train_cli):
     done = train_cli("--help")
     assert done.returncode == 0
-    for text in ("task=cnn|mlp|poly3", "optimizer=adam|gd|lbfgs|lm|newton|sgd",
-                 "+experiment=compare_impls|compare_tasks", "log.memory_every", "ckpt.every",
+    task, optimizer, experiment = ("|".join(sorted(p.stem for p in (REPO / "conf" / group).glob(
+        "*.yaml"))) for group in ("task", "optimizer", "experiment"))
+    for text in (f"task={task}", f"optimizer={optimizer}", f"+experiment={experiment}",
+                 f"slots: {', '.join(SLOTS)}", "log.memory_every", "ckpt.every",
                  "stop.patience", "resume=<run dir>", "ops.<slot>="):
         assert text in done.stdout
     assert "task_optimizer=" not in done.stdout
+
+
+def test_an_optimizer_without_an_lr_for_the_task_is_one_line_naming_the_file(train_cli, tmp_path):
+    (tmp_path / "optimizer").mkdir()  # a new optimizer, no conf/task_optimizer/<task>_<it>.yaml
+    (tmp_path / "optimizer" / "new.yaml").write_text(
+        "_target_: torch.optim.RMSprop\n_partial_: true\nlr: ???\n")
+    done = train_cli("--config-dir", str(tmp_path), "optimizer=new",
+                     f"hydra.run.dir={tmp_path / 'run'}")
+    assert (done.returncode, done.stderr) == (2, (
+        "config error: optimizer.lr is not set for this task and optimizer: add "
+        "conf/task_optimizer/poly3_new.yaml (lr: ...) or give optimizer.lr=\n"))
+    assert not (tmp_path / "run").exists()
 
 
 def test_sigterm_checkpoints_and_the_resumed_run_ends_bit_identical(tmp_path):

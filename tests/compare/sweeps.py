@@ -14,12 +14,10 @@ from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from fitting.slots import SLOTS
-from fitting.slots import describe as describe_op
+from fitting.slots import SLOTS, describe
+from fitting.tasks import TASKS
 from fitting.track.tensorboard import trial_id
 
-TASK_SLOTS = {"mlp": ("linear", "activation"), "cnn": ("conv_bn", "activation", "linear"),
-              "poly3": ("legendre_p3",)}
 LOSSES = 1000.0 * 0.8 ** np.arange(10) + 9.0
 
 
@@ -32,13 +30,13 @@ def write_run(run_dir: str | bytes | os.PathLike, *, status: str | None = "compl
     saves them: '${impl}'); status=None: no results.json (a run still running, or killed);
     `sources`: slot -> the text of a user op's file, whose hash results.json's op text ends with."""
     run_dir = os.fsdecode(run_dir)
-    config = {"task": {"_target_": f"fitting.tasks.{task.upper()}Task", "hidden": [8, 8]},
+    config = {"task": {"_target_": f"fitting.tasks.{TASKS[task].__name__}", "hidden": [8, 8]},
               "optimizer": {"_target_": "torch.optim.Adam", "_partial_": True, "lr": lr},
               "impl": impl, "ops": {slot: ops.get(slot, "${impl}") for slot in SLOTS},
               "seed": seed, "steps": 10}
-    overrides = [f"ops.{slot}={describe_op(c)}" for slot, c in ops.items()] + [
+    overrides = [f"ops.{slot}={describe(c)}" for slot, c in ops.items()] + [
         f"optimizer.lr={lr}", f"seed={seed}"]
-    ops = {slot: describe_op(ops.get(slot, impl)) for slot in TASK_SLOTS[task]}
+    ops = {slot: describe(ops.get(slot, impl)) for slot in TASKS[task].slots}
     op_sources = {}
     for slot, text in (sources or {}).items():
         digest = hashlib.sha256(text.encode()).hexdigest()

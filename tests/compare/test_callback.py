@@ -15,6 +15,8 @@ from tensorboard.plugins.hparams import metadata
 
 from fitting.compare import callback
 from fitting.compare.runs import pair, read_runs, terminal_table
+from fitting.slots import SLOTS
+from fitting.tasks import TASKS
 from tests.compare.sweeps import LOSSES, write_run
 from tests.helpers.tensorboard_server import WAIT_S, hparams_table, tensorboard, wait_for_runs
 
@@ -68,12 +70,9 @@ def test_hparams_list_every_op_slot_the_differing_ones_first(tmp_path, capsys):
     end_of_sweep(tmp_path / "mlp", capsys)
     end_of_sweep(tmp_path / "poly3", capsys)
     assert glob.glob(str(tmp_path / "*" / "events.out.tfevents.*")) == []  # no empty run "."
-    others = [("ops.conv_bn", False), ("ops.legendre_p3", False), ("ops.linear", False)]
-    assert experiment_of(tmp_path / "mlp" / "0_a=custom") == [
-        ("ops.activation", True), *others, ("run", False)]
-    assert experiment_of(tmp_path / "poly3" / "0_p=custom") == [
-        ("ops.legendre_p3", True), ("ops.activation", False), ("ops.conv_bn", False),
-        ("ops.linear", False), ("run", False)]
+    for run, differs in (("mlp/0_a=custom", "activation"), ("poly3/0_p=custom", "legendre_p3")):
+        others = [(f"ops.{s}", False) for s in sorted(SLOTS) if s != differs]
+        assert experiment_of(tmp_path / run) == [(f"ops.{differs}", True), *others, ("run", False)]
 
 
 @pytest.mark.slow
@@ -90,13 +89,12 @@ def test_hparams_of_a_logdir_of_sweeps_name_each_trial_and_keep_every_op_column(
     with tensorboard(tmp_path) as base:
         wait_for_runs(base, runs, time.monotonic() + WAIT_S)
         columns, rows = hparams_table(base)
-    assert {"ops.activation", "ops.conv_bn", "ops.legendre_p3", "ops.linear"} < set(columns)
+    assert {f"ops.{s}" for s in SLOTS} < set(columns)
     run = {"run": "lr=0.001 seed=0"}
+    mlp_ops = {f"ops.{s}": "custom" for s in TASKS["mlp"].slots}  # its slots only
     assert rows == {
-        "21-05-33 #0 ops.activation=custom": {**run, "ops.linear": "custom",
-                                              "ops.activation": "custom"},
-        "21-05-33 #1 ops.activation=builtin": {**run, "ops.linear": "custom",
-                                               "ops.activation": "builtin"},
+        "21-05-33 #0 ops.activation=custom": {**run, **mlp_ops},
+        "21-05-33 #1 ops.activation=builtin": {**run, **mlp_ops, "ops.activation": "builtin"},
         "09-10-11 #0 ops.legendre_p3=custom": {**run, "ops.legendre_p3": "custom"},
         "09-10-11 #1 ops.legendre_p3=builtin": {**run, "ops.legendre_p3": "builtin"}}
 

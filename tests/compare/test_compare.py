@@ -12,7 +12,8 @@ from tensorboard.util.tensor_util import make_ndarray
 
 from fitting.compare import plot, report
 from fitting.compare.runs import pair, read_runs, terminal_table
-from fitting.slots import describe as describe_op
+from fitting.slots import describe
+from fitting.tasks import TASKS
 from tests.compare.sweeps import LOSSES, files, write_run
 
 LEAKY = {"_target_": "torch.nn.functional.leaky_relu", "_partial_": True, "negative_slope": 0.1}
@@ -78,7 +79,7 @@ def test_impl_pairs_custom_against_builtin(tmp_path):
     pair(runs)
     assert runs[0].reference is runs[1]
     # Only the task's slots (results.json's), the others' '${impl}' resolved all the same.
-    assert runs[1].ops == {"linear": "builtin", "activation": "builtin"}
+    assert runs[1].ops == dict.fromkeys(TASKS["mlp"].slots, "builtin")
 
 
 def test_runs_table(compared):
@@ -89,8 +90,8 @@ def test_runs_table(compared):
     assert float(mine["Δ loss vs ref"]) == pytest.approx(LOSSES[-1] * 0.001, rel=5e-3)
     assert (mine["step ms (median)"], mine["× ref"], mine["saved bytes"]) == ("3", "1.500", "48,000")
     assert (ref["Δ loss vs ref"], ref["× ref"], ref["saved bytes"]) == ("ref", "ref", "64,000")
-    # The text fitting.ops.describe_op gives in the run's log, results.json and HParams.
-    assert rows["2_a=leaky"]["ops"] == f"activation={describe_op(LEAKY)}"
+    # The text fitting.slots.describe gives in the run's log, results.json and HParams.
+    assert rows["2_a=leaky"]["ops"] == f"activation={describe(LEAKY)}"
     assert rows["2_a=leaky"]["status"] == "diverged"
     assert rows["6_a=a,lr"]["status"] == "running or killed"
     # No results.json: the numbers come from the event file.

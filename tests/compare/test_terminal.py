@@ -7,6 +7,7 @@ import pytest
 
 from fitting.compare import report
 from fitting.compare.runs import pair, read_runs
+from fitting.tasks import TASKS
 from tests.compare.sweeps import LOSSES, write_run
 
 LEAKY = {"_target_": "torch.nn.functional.leaky_relu", "_partial_": True, "negative_slope": 0.1}
@@ -71,7 +72,7 @@ def test_two_versions_of_a_users_op_are_two_ops(tmp_path):
 
 def test_a_sweep_over_impl_shows_one_impl_column(tmp_path):
     job = 0  # `-m task=poly3,mlp,cnn impl=custom,builtin`: every slot follows impl=
-    for task in ("poly3", "mlp", "cnn"):
+    for task in TASKS:
         for impl in ("custom", "builtin"):
             write_run(tmp_path / f"{job}_impl={impl},task={task}", task=task, impl=impl,
                       losses=LOSSES * (1 + job))

@@ -3,16 +3,16 @@ slot they compute what the models with ours compute."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 
+from fitting.slots import SLOTS
+from fitting.tasks import TASKS
 from models.cnn import CurveCNN
 from models.mlp import MLP
-from models.ops import conv_bn_reference, legendre_p3_reference, saved_tensor_bytes
+from models.ops import legendre_p3_reference, saved_tensor_bytes
 from models.poly3 import TUTORIAL_START, Poly3
 from tests.ops.helpers import DEVICES
 
-TWINS = {"linear": F.linear, "activation": torch.relu, "conv_bn": conv_bn_reference,
-         "legendre_p3": legendre_p3_reference}
+TWINS = {slot: s.twin for slot, s in SLOTS.items()}
 
 
 def _same_with_twins(build, x):
@@ -38,15 +38,17 @@ def _builder(cls, slots, **kw):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_mlp_with_ours_equals_mlp_with_the_twins(device):
-    build = _builder(MLP, ("linear", "activation"), in_features=2, hidden=(8, 8),
+    build = _builder(MLP, TASKS["mlp"].slots, in_features=2, hidden=(8, 8),
                      out_features=3, device=device, dtype=torch.float64)
     _same_with_twins(build, torch.randn(5, 2, dtype=torch.float64, device=device))
-    assert [type(m).__name__ for m in build()] == ["Linear", "Activation", "Linear", "Activation", "Linear"]
+    names = [type(m).__name__ for m in build()]  # Linear → activation → … → Linear
+    assert names[0] == names[-1] == "Linear" and names.count("Linear") == 3
+    assert all(b == "Activation" for a, b in zip(names[:-1], names[1:], strict=True) if a == "Linear")
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_cnn_with_ours_equals_cnn_with_the_twins(device):
-    build = _builder(CurveCNN, ("conv_bn", "activation", "linear"), image_size=8,
+    build = _builder(CurveCNN, TASKS["cnn"].slots, image_size=8,
                      channels=(2, 3), hidden=4, device=device, dtype=torch.float64)
     _same_with_twins(build, torch.randn(3, 1, 8, 8, dtype=torch.float64, device=device))
 
@@ -55,7 +57,7 @@ def test_cnn_saves_no_conv_output_for_backward():
     x = torch.randn(4, 1, 16, 16)
     saved = {}
     for name, ops in (("ours", {}), ("twins", TWINS)):
-        model = CurveCNN(image_size=16, **{k: v for k, v in ops.items() if k != "legendre_p3"})
+        model = CurveCNN(image_size=16, **{k: v for k, v in ops.items() if k in TASKS["cnn"].slots})
         with saved_tensor_bytes() as saved[name]:
             model(x)
     # The twin keeps each block's conv output (4·8·16² + 4·16·8² floats) on top.
@@ -71,7 +73,7 @@ def test_poly3_starts_at_the_tutorials_point_and_equals_its_twin():
     model = Poly3(dtype=torch.float64)
     assert {k: p.item() for k, p in model.named_parameters()} == TUTORIAL_START
     assert model.formula() == "y = 0 + -1 * P3(0 + 0.3 x)"
-    build = _builder(Poly3, ("legendre_p3",), a=0.1, b=-1.0, c=0.2, d=0.3, dtype=torch.float64)
+    build = _builder(Poly3, TASKS["poly3"].slots, a=0.1, b=-1.0, c=0.2, d=0.3, dtype=torch.float64)
     _same_with_twins(build, torch.linspace(-3.14, 3.14, 50, dtype=torch.float64))
     assert repr(Poly3(legendre_p3=legendre_p3_reference)) == \
         "Poly3(legendre_p3=legendre_p3_reference)"

@@ -4,10 +4,11 @@ the card fails for such a use, or one that cannot run, is one line, exit 2, and 
 
 import pytest
 
-import fitting.config  # noqa: F401  (registers the schemas before train_cli keeps Hydra's state)
-from fitting import boundary
+from fitting.config import register
+from fitting.opcheck import boundary
 
 U, EX = "tests.opcheck.user_ops:", "docs.examples."
+register()  # the schemas, before train_cli keeps Hydra's state
 
 
 def refused(train_cli, tmp_path, *args):

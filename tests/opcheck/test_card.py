@@ -5,8 +5,7 @@ of docs/examples/; for each row an op that only that row catches."""
 import pytest
 import torch
 
-from fitting import boundary, verdict
-from fitting.opcheck import cli
+from fitting.opcheck import boundary, cli, verdict
 from fitting.opcheck.cli import main
 
 U = "tests.opcheck.user_ops:"

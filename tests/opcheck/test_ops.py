@@ -1,5 +1,5 @@
-"""fitting.slots: an op choice to its callable; fitting.precheck: the pre-check a run makes of a
-user's op."""
+"""fitting.opcheck.boundary: an op choice to its callable; fitting.opcheck.precheck: the pre-check
+a run makes of a user's op."""
 
 import shlex
 import sys
@@ -8,14 +8,15 @@ import threading
 import pytest
 import torch
 
+import fitting.opcheck.uses as uses_
 import fitting.optim.derivatives as derivatives
-import fitting.uses as uses_
 from docs.examples.tutorial_ops import LegendrePolynomial3, MyReLU
 from fitting import slots
 from fitting.opcheck import clash, cli
+from fitting.opcheck.boundary import resolve
 from fitting.opcheck.cli import main
-from fitting.precheck import OpRefused, command, precheck
-from fitting.uses import NAMES
+from fitting.opcheck.precheck import OpRefused, command, precheck
+from fitting.opcheck.uses import NAMES
 from models.ops import legendre_p3_reference, relu
 from tests.opcheck import user_ops
 
@@ -23,14 +24,14 @@ U, EX = "tests.opcheck.user_ops:", "docs.examples."
 
 
 def test_each_choice_resolves_to_its_callable():
-    assert slots.resolve("activation", "custom") is relu
-    assert slots.resolve("legendre_p3", "builtin") is legendre_p3_reference
-    assert slots.resolve("activation", "tests.opcheck.user_ops:where_relu") is user_ops.where_relu
-    assert slots.resolve("activation", "docs.examples.tutorial_ops:MyReLU") == MyReLU.apply
+    assert resolve("activation", "custom") is relu
+    assert resolve("legendre_p3", "builtin") is legendre_p3_reference
+    assert resolve("activation", "tests.opcheck.user_ops:where_relu") is user_ops.where_relu
+    assert resolve("activation", "docs.examples.tutorial_ops:MyReLU") == MyReLU.apply
     leaky = {"_target_": "torch.nn.functional.leaky_relu", "_partial_": True,
              "negative_slope": 0.1}
     x = torch.tensor([-1.0, 2.0])
-    assert torch.equal(slots.resolve("activation", leaky)(x), torch.tensor([-0.1, 2.0]))
+    assert torch.equal(resolve("activation", leaky)(x), torch.tensor([-0.1, 2.0]))
     assert slots.describe(leaky) == "torch.nn.functional.leaky_relu(negative_slope=0.1)"
 
 
@@ -44,7 +45,7 @@ def test_each_choice_resolves_to_its_callable():
 ])
 def test_a_choice_that_cannot_resolve_is_one_line_naming_the_key(choice, says):
     with pytest.raises((OpRefused, ValueError)) as err:
-        slots.resolve("activation", choice)
+        resolve("activation", choice)
     assert "\n" not in str(err.value)
     assert str(err.value).startswith("ops.activation=")
     assert says in str(err.value)
@@ -55,7 +56,7 @@ def test_a_users_models_py_that_clashes_is_named_in_one_line(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     with pytest.raises((OpRefused, ValueError), match=f"your {tmp_path / 'models.py'} is hidden by "
                                                 "the lab's package models; rename it"):
-        slots.resolve("activation", "models:my_relu")
+        resolve("activation", "models:my_relu")
     # the card, run from that directory: Python finds the user's models.py first
     monkeypatch.delitem(sys.modules, "models")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -89,7 +90,7 @@ def test_the_precheck_refuses_a_use_exactly_where_the_card_fails_it(slot, spec, 
     monkeypatch.setattr(cli, "cost", lambda *a, **k: ("measured", "not measured here"))
     main([slot, spec, "--no-compile"])
     rows = {line[:16].strip(): line[17:40].strip() for line in capsys.readouterr().out.splitlines()}
-    fn = slots.resolve(slot, spec)
+    fn = resolve(slot, spec)
     for use in ("training", "second_order", "forward_ad"):  # the pre-check runs training too
         failed = [u for u in ("training", use) if rows[NAMES[u]] in ("wrong", "unsupported")]
         try:

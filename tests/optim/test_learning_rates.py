@@ -4,6 +4,7 @@ where noted, lr*10). Short runs where the outcome already separates."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -17,20 +18,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 RTOL = 0.03  # room for another CPU's rounding (a perturbed start moves these < 0.1 %)
-CNN = ("steps=50", "task.n_train=1024", "task.n_val=256")
-
-# pair: (run, what is measured, the outcome with the pair's lr; with lr/10, lr*10 as measured)
-OUTCOMES = {
-    "poly3_gd": ((), "loss", 8.94364),  # the tutorial's; lr/10: 144.19, lr*10: nan
-    "poly3_sgd": ((), "loss", 8.94364),  # lr/10: 144.19, lr*10: nan
-    "poly3_adam": ((), "gap", 1e-8),  # rel. above the optimum: 1.5e-9; lr/10: 10.4, lr*10: 1.1e-7
-    "mlp_gd": (("steps=300",), "loss", 2.0892e-3),  # lr/10: 7.2e-2, lr*10: nan
-    "mlp_sgd": (("steps=300",), "loss", 2.0892e-3),  # lr/10: 7.2e-2, lr*10: nan
-    "mlp_adam": (("steps=300",), "loss", 1.1084e-5),  # lr/10: 1.8e-3, lr*10: 8.4e-4
-    "cnn_gd": (CNN, "val", 0.17381),  # lr/10: 0.311, lr*10: 0.179 (within RTOL)
-    "cnn_sgd": (CNN, "val", 0.10938),  # lr/10: 0.183, lr*10: 0.177
-    "cnn_adam": (CNN, "val", 0.15302),  # lr/10: 0.163, lr*10: 0.303
-}
+# Each pair file's `# outcome: <loss|gap|val> <value> [after <overrides>]; <as measured>`: what a
+# run with its lr reaches (the loss, the gap above the optimum, the validation loss).
+OUTCOME = re.compile(r"^# outcome: (loss|gap|val) (\S+?)(?: after ([^;]*))?(?:;|$)", re.M)
+PAIRS = sorted(p.stem for p in (CONF / "task_optimizer").glob("*.yaml"))
 
 
 def trained(*overrides: str) -> tuple[object, float]:
@@ -48,13 +39,16 @@ def trained(*overrides: str) -> tuple[object, float]:
     return task, loss.item()
 
 
-def test_every_pair_file_has_an_outcome():
-    assert set(OUTCOMES) == {p.stem for p in (CONF / "task_optimizer").glob("*.yaml")}
+def outcome(pair: str) -> tuple[tuple[str, ...], str, float]:
+    """(the run's overrides, what is measured, the outcome) the pair's file states."""
+    found = OUTCOME.search((CONF / "task_optimizer" / f"{pair}.yaml").read_text())
+    assert found, f"conf/task_optimizer/{pair}.yaml states no '# outcome: ...' line"
+    return tuple((found[3] or "").split()), found[1], float(found[2])
 
 
-@pytest.mark.parametrize("pair", sorted(OUTCOMES))
+@pytest.mark.parametrize("pair", PAIRS)
 def test_a_pairs_lr_reaches_its_outcome(pair):
-    run, measure, expected = OUTCOMES[pair]
+    run, measure, expected = outcome(pair)
     task_name, optimizer = pair.split("_")
     task, loss = trained(f"task={task_name}", f"optimizer={optimizer}", *run)
     if measure == "gap":  # of the loss at the end, against the float32 data's exact optimum

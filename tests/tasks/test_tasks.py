@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from fitting.slots import SLOTS
-from fitting.tasks import CNNTask, MLPTask, Poly3Task
+from fitting.tasks import TASKS
 from fitting.tasks.optimum import TUTORIAL_OPTIMUM_LOSS, cubic_to_poly3, poly3_optimum
 from models.cnn import CurveCNN
 from models.mlp import MLP
@@ -29,23 +29,29 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SMALL_CNN = {"n_train": 64, "n_val": 16, "batch_size": 8}
+SMALL = {"cnn": SMALL_CNN}  # a task's keys for a cheap build
 
 
 def build(name: str, seed: int = 0, dtype: torch.dtype = torch.float32, ops=None, **overrides):
-    """The task as run.py builds it: instantiate(cfg.task, ops=, device=, dtype=, seed=)."""
+    """The task as run.py builds it: the model's seed, then instantiate(cfg.task, ops=, device=,
+    dtype=, seed=) with an op in each slot its model calls."""
     cfg = OmegaConf.merge(OmegaConf.load(CONF / "task" / f"{name}.yaml").task, overrides)
-    ops = {slot: (ops or {}).get(slot, SLOTS[slot].ours) for slot in cfg.ops}  # its slots only
+    ops = {slot: (ops or {}).get(slot, SLOTS[slot].ours) for slot in TASKS[name].slots}
+    torch.manual_seed(seed)
     return instantiate(cfg, ops=ops, device=torch.device("cpu"), dtype=dtype, seed=seed)
 
 
-@pytest.mark.parametrize(("name", "cls", "model", "overrides"), [
-    ("poly3", Poly3Task, Poly3, {}),
-    ("mlp", MLPTask, MLP, {}),
-    ("cnn", CNNTask, CurveCNN, SMALL_CNN),
-])
-def test_each_task_builds_from_its_yaml_and_answers_the_loop(name, cls, model, overrides):
-    task = build(name, **overrides)
-    assert type(task) is cls and task.name == name and isinstance(task.model, model)
+def test_the_registry_is_conf_task_each_yaml_builds_its_class():
+    assert sorted(TASKS) == sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
+    for name, cls in TASKS.items():
+        assert cls.name == name and set(cls.slots) <= set(SLOTS) and cls.card[0] >= 1
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_each_task_builds_from_its_yaml_and_answers_the_loop(name):
+    task = build(name, **SMALL.get(name, {}))
+    model = {"poly3": Poly3, "mlp": MLP, "cnn": CurveCNN}.get(name, torch.nn.Module)
+    assert type(task) is TASKS[name] and task.name == name and isinstance(task.model, model)
     assert task.reduction == ("sum" if name == "poly3" else "mean")
     batch = task.batch(0)
     residuals = task.residuals(task.model, batch)
@@ -55,7 +61,7 @@ def test_each_task_builds_from_its_yaml_and_answers_the_loop(name, cls, model, o
     summary = task.summary(task.model)
     expected = {"poly3": {"a", "b", "c", "d", "optimum_loss", "rel_gap"},
                 "mlp": {"train_mse", "val_mse"},
-                "cnn": {"val_mse", "rmse_a", "rmse_b", "rmse_c", "rmse_d"}}[name]
+                "cnn": {"val_mse", "rmse_a", "rmse_b", "rmse_c", "rmse_d"}}.get(name, set(summary))
     assert set(summary) == expected and all(math.isfinite(v) for v in summary.values())
     assert isinstance(task.figure(task.model, 7), Figure)
     assert task.model.training  # validation and figures leave the mode as they found it

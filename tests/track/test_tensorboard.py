@@ -104,7 +104,7 @@ def test_figure_is_saved_as_png_and_logged(tmp_path):
 
 
 def test_a_failed_png_write_leaves_the_previous_png_and_no_tmp(tmp_path, monkeypatch):
-    from fitting import files
+    from fitting.track import files
     from fitting.track.tensorboard import save_png
 
     fig = Figure(figsize=(1, 1))

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from fitting.loop import Stopped
-from fitting.tasks import Poly3Task
+from fitting.tasks import TASKS, Poly3Task
 from tests.helpers.train_cli import REPO
 from tests.train.helpers import go, results, saved
 
@@ -43,21 +43,22 @@ def test_the_default_run_is_the_tutorial(tmp_path, caplog):
     assert all("step/s" in p and "left" in p for p in progress)
     done = results(out)
     assert done["status"] == "completed" and done["step"] == 2000
-    assert done["final_loss"] == loss and done["ops"] == {"legendre_p3": "custom"}
+    assert done["final_loss"] == loss and done["ops"] == dict.fromkeys(TASKS["poly3"].slots, "custom")
     assert not (out / "run.lock").exists()
 
 
-@pytest.mark.parametrize("overrides", [("steps=100",), ("task=mlp", "steps=30"),
-                                       (*SMALL_CNN, "steps=6")], ids=["poly3", "mlp", "cnn"])
-def test_builtin_ops_train_as_the_custom_ones(overrides, tmp_path, caplog):
+@pytest.mark.parametrize("task", TASKS)
+def test_builtin_ops_train_as_the_custom_ones(task, tmp_path, caplog):
     caplog.set_level(logging.INFO)
+    overrides = {"poly3": ("steps=100",), "cnn": (*SMALL_CNN, "steps=6")}.get(
+        task, (f"task={task}", "steps=30"))
     custom = go(tmp_path / "custom", *overrides)
     assert "\n".join(lines(caplog)).count("final") == 1  # mlp: one final loss, then its metrics
     builtin = go(tmp_path / "builtin", *overrides, "impl=builtin")
     assert math.isfinite(custom) and builtin == pytest.approx(custom, rel=1e-4)
     mine, twin = results(tmp_path / "custom"), results(tmp_path / "builtin")
     assert set(mine["ops"].values()) == {"custom"} and set(twin["ops"].values()) == {"builtin"}
-    assert (mine["val_loss"] is None) == (overrides[0] == "steps=100")
+    assert (mine["val_loss"] is None) == (task == "poly3")
 
 
 @pytest.mark.parametrize("optimizer", ["lbfgs", "newton", "lm"])
@@ -98,7 +99,8 @@ def test_a_user_op_trains_in_its_slot(choice, shown, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a <module>:<name> is imported from the current dir
     loss = go(tmp_path / "run", "task=mlp", "steps=5", f"ops.activation={choice}")
     assert math.isfinite(loss)
-    assert results(tmp_path / "run")["ops"] == {"linear": "custom", "activation": shown}
+    assert results(tmp_path / "run")["ops"] == {**dict.fromkeys(TASKS["mlp"].slots, "custom"),
+                                                "activation": shown}
 
 
 def test_a_diverging_run_stops_before_the_bad_update(tmp_path):

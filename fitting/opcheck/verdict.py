@@ -1,15 +1,15 @@
-"""The training row of an op against its reference, shared by the pre-check (fitting.precheck)
+"""The training row of an op against its reference, shared by the pre-check (precheck.py)
 and the card (fitting.opcheck): forward and gradients against the reference's autograd, as
 models call the op, on fresh copies; what it returns and what it does to its inputs; kinks and
-non-finite values as notes. Every call of the op is guarded (fitting.boundary)."""
+non-finite values as notes. Every call of the op is guarded (boundary.py)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from fitting.boundary import CannotRun, form, guarded
-from fitting.slots import Sample, line
+from fitting.opcheck.boundary import CannotRun, form, guarded, line
+from fitting.slots import Sample
 
 RANK = ("n/a", "measured", "pass", "same as the reference", "note", "unsupported", "wrong")
 OFF = "beyond rtol"  # in the text of every value difference: what an approximate op differs by
@@ -37,7 +37,7 @@ class Case:
 
 
 @dataclass
-class Run:
+class OpCall:
     """One call and its backward: the copies that train, the other tensor arguments after the
     call, what it returned, its floating outputs, the gradients, the inputs it changed in place
     unknown to autograd, and (where, error) if it raised."""
@@ -92,10 +92,10 @@ def incoming(t: torch.Tensor, k: int) -> torch.Tensor:
                        dtype=torch.float64).to(t.device, t.dtype)
 
 
-def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> Run:
+def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> OpCall:
     """One guarded call and backward on fresh copies, what trains called as a non-leaf (as a
     model calls an op on activations)."""
-    run, given = Run(), {}
+    run, given = OpCall(), {}
 
     def fresh(path, t):
         c = t.detach().to(dtype if dtype and t.is_floating_point() else t.dtype, copy=True)
@@ -186,7 +186,7 @@ def _gradient(ref, parts, path: str, leaf, got, want, tol, scale) -> list[Findin
                      f"point{'s' * (len(bad) > 1)})")]
 
 
-def compare_runs(ref, parts, got: Run, want: Run, tol) -> list[Finding]:
+def compare_runs(ref, parts, got: OpCall, want: OpCall, tol) -> list[Finding]:
     """What differs between two runs (got: the op's, want: the reference's)."""
     found = [("wrong", f"it changes {p} in place without ctx.mark_dirty: autograd does not "
                        f"know, so what used {p} before gets wrong gradients") for p in got.changed]

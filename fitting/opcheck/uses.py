@@ -2,16 +2,13 @@
 (newton), forward AD (lm), compiles. The pre-check runs its run's rows, the card all of them,
 and torch.library.opcheck's row too."""
 
-import functools
 import re
 from collections.abc import Callable
 
 import torch
 
-from fitting.boundary import CannotRun, form, guarded
-from fitting.optim.derivatives import hessian, jacobian
-from fitting.slots import SLOTS, line, param_names
-from fitting.verdict import (
+from fitting.opcheck.boundary import CannotRun, form, guarded, line, param_names
+from fitting.opcheck.verdict import (
     TOL,
     Case,
     Finding,
@@ -28,6 +25,9 @@ from fitting.verdict import (
     remap,
     run_op,
 )
+from fitting.optim.derivatives import hessian, jacobian
+from fitting.slots import SLOTS
+from models.ops import unwrap
 
 NEEDS = {"second_order": "optimizer=newton", "forward_ad": "optimizer=lm",
          "compiles": "compile=true"}
@@ -205,9 +205,7 @@ def compiles(case: Case, backend: str = "aot_eager") -> list[Finding]:
 
 def library_opcheck(fn: Callable, sample: Sample) -> Finding:
     """torch.library.opcheck on a torch.library op, with the sample's arguments as they are."""
-    kwargs = {}
-    while isinstance(fn, functools.partial):
-        fn, kwargs = fn.func, {**fn.keywords, **kwargs}
+    fn, kwargs = unwrap(fn)
     if not isinstance(fn, LIBRARY_OPS):
         return "n/a", "not a torch.library op"
 

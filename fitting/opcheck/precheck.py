@@ -1,4 +1,4 @@
-"""The app's pre-check of a user's op: the card's rows (fitting.uses) for the uses this run makes
+"""The app's pre-check of a user's op: the card's rows (uses.py) for the uses this run makes
 of it (fitting.slots.uses), on the slot's samples, before the run writes anything."""
 
 import shlex
@@ -7,10 +7,9 @@ from typing import Any
 
 import torch
 
-from fitting.boundary import CannotRun
-from fitting.slots import OpRefused
-from fitting.uses import NAMES, NEEDS, judge, slot_case
-from fitting.verdict import RANK
+from fitting.opcheck.boundary import CannotRun, OpRefused
+from fitting.opcheck.uses import NAMES, NEEDS, judge, slot_case
+from fitting.opcheck.verdict import RANK
 
 
 def command(slot: str, choice: Any, dtype: torch.dtype, device: torch.device | str) -> str:

@@ -1,4 +1,4 @@
-"""Derived files written whole (fitting.files): a writer that fails or is killed midway leaves the
+"""Derived files written whole (fitting.track.files): a writer that fails or is killed midway leaves the
 old file or differences/ whole, and no entry that TensorBoard would list as a run."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from fitting import files
 from fitting.compare import report
+from fitting.track import files
 from tests.compare.sweeps import LOSSES, write_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
