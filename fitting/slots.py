@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import models.ops
-from models.forecast import Attention, Forecaster, GatedMLP
+from models.forecast import Attention, Block, Forecaster
 from models.layers import Activation, FusedConvBN2d, Linear, RMSNorm
 from models.poly3 import Poly3
 
@@ -85,22 +85,27 @@ def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
             for mode, s in stats.items()]
 
 
+def transformer_inputs(slot: str, dtype, device, batch: int = 32, tokens: int = 64,
+                       width: int = 64, heads: int = 4, vocab: int = 4096) -> tuple:
+    """A forecast op's arguments at these sizes (by default the task's), seeded; those that
+    train require grad."""
+    t, head = _random(dtype, device), width // heads
+    target = torch.randint(vocab, (batch * tokens,), generator=torch.Generator().manual_seed(0))
+    return {"norm": lambda: (t(batch, tokens, width), t(width, scale=0.2, shift=1), 1e-6),
+            "glu": lambda: (t(batch, tokens, 4 * width), t(batch, tokens, 4 * width)),
+            "rope": lambda: (t(batch, heads, tokens, head), *(
+                c.to(device, dtype) for c in models.ops.rope_tables(tokens, head))),
+            "attention": lambda: tuple(t(batch, heads, tokens, head) for _ in range(3)),
+            "cross_entropy": lambda: (t(batch * tokens, width), t(vocab, width),
+                                      target.to(device))}[slot]()
+
+
 def _transformer_samples(slot: str) -> Callable:
-    """Samples of a Forecaster op: small, and (big) as its model calls it at the task's sizes
-    (batch 32, context 64, width 64, 4 heads, vocabulary 4096)."""
+    """Samples of a forecast op: tiny, or (big) at the task's sizes."""
     def samples(dtype, device, big: bool = False) -> list[Sample]:
-        t = _random(dtype, device)
-        b, n, width, heads, vocab = (32, 64, 64, 4, 4096) if big else (2, 5, 8, 2, 10)
-        head = width // heads
-        tables = [c.to(device, dtype) for c in models.ops.rope_tables(n, head)]
-        target = torch.randint(vocab, (b * n,), generator=torch.Generator().manual_seed(0))
-        args = {"norm": (t(b, n, width), t(width, scale=0.2, shift=1), 1e-6),
-                "glu": (t(b, n, 4 * width), t(b, n, 4 * width)),
-                "rope": (t(b, heads, n, head), *tables),
-                "attention": tuple(t(b, heads, n, head) for _ in range(3)),
-                "cross_entropy": (t(b * n, width), t(vocab, width), target.to(device))}[slot]
-        return [(f"{slot} at batch {b}, {n} tokens, as the forecast task calls it", args, {},
-                 True)]
+        sizes = {} if big else {"batch": 2, "tokens": 5, "width": 8, "heads": 2, "vocab": 10}
+        return [("as the forecast task calls it" + " (smaller)" * (not big),
+                 transformer_inputs(slot, dtype, device, **sizes), {}, True)]
     return samples
 
 
@@ -116,7 +121,7 @@ SLOTS: dict[str, Slot] = {
                                      {"x (2000,), as poly3 calls it": (2000,)})),
     "norm": Slot(models.ops.rms_norm, models.ops.rms_norm_reference, RMSNorm,
                  _transformer_samples("norm")),
-    "glu": Slot(models.ops.swiglu, models.ops.swiglu_reference, GatedMLP,
+    "glu": Slot(models.ops.swiglu, models.ops.swiglu_reference, Block,
                 _transformer_samples("glu")),
     "rope": Slot(models.ops.rope, models.ops.rope_reference, Attention,
                  _transformer_samples("rope")),

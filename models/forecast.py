@@ -30,34 +30,23 @@ class Attention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, t, width))
 
 
-class GatedMLP(nn.Module):
-    """down(glu(a, b)) with (a, b) = up(x) split in two: SwiGLU's MLP."""
-
-    def __init__(self, width: int, hidden: int, *, glu: Op, **factory) -> None:
-        super().__init__()
-        self.glu = glu
-        self.up = nn.Linear(width, 2 * hidden, bias=False, **factory)
-        self.down = nn.Linear(hidden, width, bias=False, **factory)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(…, width) → (…, width)."""
-        return self.down(self.glu(*self.up(x).chunk(2, -1)))
-
-
 class Block(nn.Module):
-    """x + attention(norm(x)), then + mlp(norm(x)): a pre-norm transformer block."""
+    """x + attention(norm(x)), then x + down(glu(a, b)) with (a, b) = up(norm(x)) split in two:
+    a pre-norm transformer block with a SwiGLU MLP of 4·width."""
 
     def __init__(self, width: int, heads: int, *, norm: Op, glu: Op, rope: Op, attention: Op,
                  **factory) -> None:
         super().__init__()
         self.norm1, self.norm2 = (RMSNorm(width, op=norm, **factory) for _ in range(2))
         self.attn = Attention(width, heads, rope=rope, attention=attention, **factory)
-        self.mlp = GatedMLP(width, 4 * width, glu=glu, **factory)
+        self.glu = glu
+        self.up = nn.Linear(width, 8 * width, bias=False, **factory)
+        self.down = nn.Linear(4 * width, width, bias=False, **factory)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """(B, T, width) → (B, T, width)."""
         x = x + self.attn(self.norm1(x), cos, sin)
-        return x + self.mlp(self.norm2(x))
+        return x + self.down(self.glu(*self.up(self.norm2(x)).chunk(2, -1)))
 
 
 class Forecaster(nn.Module):
@@ -85,9 +74,8 @@ class Forecaster(nn.Module):
         self.blocks = nn.ModuleList(Block(width, heads, norm=norm, glu=glu, rope=rope,
                                           attention=attention, **factory) for _ in range(depth))
         self.norm = RMSNorm(width, op=norm, **factory)
-        cos, sin = rope_tables(context, width // heads)
-        self.register_buffer("cos", cos.to(device, dtype or torch.get_default_dtype()), False)
-        self.register_buffer("sin", sin.to(device, dtype or torch.get_default_dtype()), False)
+        for name, table in zip(("cos", "sin"), rope_tables(context, width // heads), strict=True):
+            self.register_buffer(name, table.to(device, dtype or torch.get_default_dtype()), False)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         """Token ids (B, T ≤ context) → the last norm's output (B, T, width)."""

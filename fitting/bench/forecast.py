@@ -16,6 +16,7 @@ import torch
 import models.ops as O
 from fitting.bench import report
 from fitting.bench.report import machine, medians_ms, table
+from fitting.slots import transformer_inputs
 from fitting.track.memory import step_peak
 from models.forecast import Forecaster
 
@@ -31,54 +32,41 @@ GOALS = {"cross_entropy": [("peak", 0.5, None), ("time", 1.2, None)],
          "step": [("time", 1.3, None), ("peak", 0.7, None)]}
 
 
-def op_inputs(slot: str, batch: int, t: int, device: str, vocab: int = 4096, width: int = 64,
-              heads: int = 4) -> list:
-    """The inputs the Forecaster passes `slot` at batch x t tokens, leaves requiring grad."""
-    slot = slot.split()[0]
-    def leaf(*shape):
-        return torch.randn(*shape, device=device).requires_grad_()
-    head = width // heads
-    return {"norm": lambda: [leaf(batch, t, width), leaf(width), 1e-6],
-            "glu": lambda: [leaf(batch, t, 4 * width), leaf(batch, t, 4 * width)],
-            "rope": lambda: [leaf(batch, heads, t, head),
-                             *(c.float().to(device) for c in O.rope_tables(t, head))],
-            "attention": lambda: [leaf(batch, heads, t, head) for _ in range(3)],
-            "cross_entropy": lambda: [leaf(batch * t, width), leaf(vocab, width),
-                                      torch.randint(0, vocab, (batch * t,), device=device)],
-            }[slot]()
+def case(slot: str, fn: Callable | dict, batch: int, t: int, device: str
+         ) -> tuple[Callable, Callable]:
+    """(one training step, one forward) of `fn` on `slot`'s inputs at batch x t tokens; for
+    "step", of the Forecaster with the ops `fn` (forward, backward, Adam)."""
+    if slot == "step":
+        torch.manual_seed(0)
+        model = Forecaster(context=t, device=device, **fn)
+        ids = torch.randint(0, 4096, (batch, t + 1), device=device)
+        optimizer = torch.optim.Adam(model.parameters())
+        forward = partial(model, ids[:, :-1], ids[:, 1:])
+
+        def step() -> None:
+            optimizer.zero_grad()
+            forward().backward()
+            optimizer.step()
+    else:
+        inputs = transformer_inputs(slot.split()[0], torch.float32, device, batch, t)
+        leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+        forward = partial(fn, *inputs)
+
+        def step() -> None:
+            torch.autograd.grad(forward().sum(), leaves)
+    step()  # warm, and Adam's state exists, before anything is measured
+    return step, forward
 
 
-def op_step(fn: Callable, inputs: list) -> Callable[[], object]:
-    """One forward and backward of fn(*inputs)."""
-    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
-    grad = torch.ones_like(fn(*inputs))
-    return lambda: torch.autograd.grad(fn(*inputs), leaves, grad)
-
-
-def model_step(ops: dict, batch: int, t: int, device: str) -> tuple[Callable, Callable]:
-    """A Forecaster training step (forward, backward, Adam) at context t; and its forward."""
-    torch.manual_seed(0)
-    model = Forecaster(context=t, device=device, **ops)
-    ids = torch.randint(0, 4096, (batch, t + 1), device=device)
-    optimizer = torch.optim.Adam(model.parameters())
-
-    def step() -> None:
-        optimizer.zero_grad()
-        model(ids[:, :-1], ids[:, 1:]).backward()
-        optimizer.step()
-    step()  # Adam's state exists before anything is measured
-    return step, lambda: model(ids[:, :-1], ids[:, 1:])
-
-
-def measure(steps: dict[str, Callable], forwards: dict[str, Callable], device: str,
-            t: float) -> dict[str, dict[str, float]]:
+def measure(made: dict[str, tuple[Callable, Callable]], device: str, t: float
+            ) -> dict[str, dict[str, float]]:
     """ms, peak MiB, saved MiB of each of ours and twin."""
-    ms, out = medians_ms(steps, t, rounds=3), {}
-    for name, step in steps.items():
+    ms, out = medians_ms({name: step for name, (step, _) in made.items()}, t), {}
+    for name, (step, forward) in made.items():
         with step_peak(device) as peak:
             step()
         with O.saved_tensor_bytes() as saved:
-            kept = forwards[name]()
+            kept = forward()
         del kept
         out[name] = {"time": ms[name], "peak": peak.bytes / 2**20, "saved": saved.bytes / 2**20}
     return out
@@ -94,19 +82,11 @@ def goals(slot: str, ratios: dict[str, float], context: int) -> str:
 def run(device: str, quick: bool) -> str:
     """The table: each slot and the whole step, at the task's tokens and at 4x."""
     batch, contexts, t = (2, (16, 64), 0.02) if quick else (32, (64, 256), 0.3)
-    rows = []
+    rows, twins = [], {s: twin for s, (_, twin) in TWINS.items() if " " not in s}
     for context in contexts:
-        for slot, (ours, twin) in [*TWINS.items(), ("step", (None, None))]:
-            if slot == "step":
-                made = {"ours": model_step({}, batch, context, device),
-                        "twin": model_step({s: tw for s, (_, tw) in TWINS.items() if " " not in s},
-                                           batch, context, device)}
-                steps, forwards = ({k: v[i] for k, v in made.items()} for i in (0, 1))
-            else:
-                inputs = op_inputs(slot, batch, context, device)
-                steps = {"ours": op_step(ours, inputs), "twin": op_step(twin, inputs)}
-                forwards = {"ours": partial(ours, *inputs), "twin": partial(twin, *inputs)}
-            m = measure(steps, forwards, device, t)
+        for slot, pair in [*TWINS.items(), ("step", ({}, twins))]:
+            m = measure({name: case(slot, fn, batch, context, device)
+                         for name, fn in zip(("ours", "twin"), pair, strict=True)}, device, t)
             ratios = {k: m["ours"][k] / max(m["twin"][k], 1e-12) for k in m["ours"]}
             rows.append([f"{slot}, {batch}x{context} tokens", m["ours"]["time"],
                          f"{ratios['time']:.2f}", m["ours"]["peak"], f"{ratios['peak']:.2f}",

@@ -50,16 +50,15 @@ class ForecastTask(Task):
                  vocab: int, limit: float, sines: int, noise: float, width: int, depth: int,
                  heads: int, ops: Mapping[str, Callable], device: torch.device | str,
                  dtype: torch.dtype, seed: int) -> None:
-        require([("n_train", n_train, n_train >= 1, ">= 1"), ("n_val", n_val, n_val >= 1, ">= 1"),
-                 ("batch_size", batch_size, batch_size >= 1, ">= 1"),
-                 ("context", context, context >= 2, ">= 2"),
-                 ("horizon", horizon, horizon >= 1, ">= 1"), ("vocab", vocab, vocab >= 2, ">= 2"),
+        least = (("n_train", n_train, 1), ("n_val", n_val, 1), ("batch_size", batch_size, 1),
+                 ("context", context, 2), ("horizon", horizon, 1), ("vocab", vocab, 2),
+                 ("sines", sines, 1), ("noise", noise, 0))
+        require([*((key, v, v >= low, f">= {low}") for key, v, low in least),
                  ("limit", limit, math.isfinite(limit) and limit > 0, "finite and > 0"),
-                 ("sines", sines, sines >= 1, ">= 1"), ("noise", noise, noise >= 0, ">= 0"),
                  ("width", width, width >= 1 and width % (2 * heads) == 0,
                   f"a positive multiple of 2 * task.heads = {2 * heads}")])
         self.context, self.horizon, self.vocab, self.limit = context, horizon, vocab, limit
-        self.batch_size, self.seed, self.device = batch_size, seed, device
+        self.batch_size, self.seed = batch_size, seed
         # Made in float64 on the CPU: a seed gives the same data on every device and dtype.
         generator = torch.Generator().manual_seed(seed)
         noisy, _ = make_curves(n_train, context + 1, sines, noise, generator)
@@ -74,10 +73,6 @@ class ForecastTask(Task):
         """Each value's bin: `vocab` equal bins over [−limit, limit], values outside clipped."""
         scaled = (values + self.limit) / (2 * self.limit) * self.vocab
         return scaled.floor().clamp(0, self.vocab - 1).long()
-
-    def values(self, tokens: Tensor) -> Tensor:
-        """Each bin's centre, in the curve's units."""
-        return (tokens + 0.5) * (2 * self.limit / self.vocab) - self.limit
 
     def batch(self, step: int) -> Batch:
         """Minibatch `step`: batch_size training windows drawn with replacement from a generator
@@ -102,7 +97,8 @@ class ForecastTask(Task):
         """The first n (all) held-out curves' next `horizon` values, each the mean of the
         predicted distribution over bins, fed back as its bin (float64, CPU)."""
         tokens, out = self.val_tokens[:n, :self.context], []
-        centres = self.values(torch.arange(self.vocab, device=tokens.device))
+        centres = self.limit * ((2 * torch.arange(self.vocab, device=tokens.device) + 1) /
+                                self.vocab - 1)  # each bin's, in the curve's units
         with torch.no_grad():
             for _ in range(self.horizon):
                 probs = model.logits(tokens[:, -self.context:]).double().softmax(-1)
@@ -121,8 +117,7 @@ class ForecastTask(Task):
     def describe(self, model: Forecaster) -> str:
         """Architecture in one line."""
         n_params = sum(p.numel() for p in model.parameters())
-        return (f"Forecaster, {len(model.blocks)} blocks, {n_params} parameters, vocab "
-                f"{self.vocab}, context {self.context}, horizon {self.horizon}")
+        return f"Forecaster, {len(model.blocks)} blocks, {n_params} parameters, vocab {self.vocab}"
 
     def figure(self, model: Forecaster, step: int) -> Figure:
         """Four held-out curves: the context, the truth, the forecast and the naive forecast."""

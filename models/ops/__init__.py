@@ -8,11 +8,7 @@ exhibits, which no training run needs, are in `models.ops.exhibits`.
 
 from ._function import unwrap
 from .attention import AttentionFn, attention, attention_formula, attention_reference
-from .cross_entropy import (
-    LinearCrossEntropyFn,
-    linear_cross_entropy,
-    linear_cross_entropy_reference,
-)
+from .cross_entropy import linear_cross_entropy, linear_cross_entropy_reference
 from .fused_conv_bn import FusedConvBN2dFunction, conv_bn_reference, fused_conv_bn2d
 from .legendre import LegendreP3, legendre_p3, legendre_p3_reference
 from .linear import LinearFn, linear

@@ -6,8 +6,6 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from ._function import compilable
-
 
 def _scores(q: torch.Tensor, k: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     """q kᵀ/√d of query rows start..stop against keys 0..stop, the future masked to −inf."""
@@ -54,12 +52,10 @@ class AttentionFn(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None
 
 
-_apply = compilable(AttentionFn)
-
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 64) -> torch.Tensor:
     """Causal attention of q, k, v (…, T, d) with scale 1/√d, through AttentionFn."""
-    return _apply(q, k, v, block)
+    return AttentionFn.apply(q, k, v, block)
 
 
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -5,8 +5,6 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from ._function import compilable
-
 
 class LinearCrossEntropyFn(torch.autograd.Function):
     """mean_i CE(x_i Wᵀ, target_i), `chunk` tokens at a time. The loss is a scalar and its
@@ -46,13 +44,11 @@ class LinearCrossEntropyFn(torch.autograd.Function):
                 None if grad_w is None else grad_w * grad, None, None)
 
 
-_apply = compilable(LinearCrossEntropyFn)
-
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                          chunk: int = 256) -> torch.Tensor:
     """Mean cross-entropy of the logits x Wᵀ (x: tokens × d) against target (tokens,), fused."""
-    return _apply(x, weight, target, chunk)
+    return LinearCrossEntropyFn.apply(x, weight, target, chunk)
 
 
 def linear_cross_entropy_reference(x: torch.Tensor, weight: torch.Tensor,

@@ -4,8 +4,6 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from ._function import compilable
-
 
 class RMSNormFn(torch.autograd.Function):
     """Saves x and one 1/rms per row: what backward needs, and no normalized copy of x. The
@@ -28,12 +26,10 @@ class RMSNormFn(torch.autograd.Function):
         return grad_x, grad_w, None
 
 
-_apply = compilable(RMSNormFn)
-
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / sqrt(mean(x², last dim) + eps) · weight, through RMSNormFn."""
-    return _apply(x, weight, eps)
+    return RMSNormFn.apply(x, weight, eps)
 
 
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

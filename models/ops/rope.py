@@ -2,8 +2,6 @@
 
 import torch
 
-from ._function import compilable
-
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """(x1, x2) → (−x2, x1) on the halves of the last dim: a quarter turn of each pair."""
@@ -32,12 +30,10 @@ class RoPEFn(torch.autograd.Function):
         return grad_x, grad_cos, grad_sin
 
 
-_apply = compilable(RoPEFn)
-
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x (…, T, d) rotated by the angles whose cos and sin (T, d) are given, through RoPEFn."""
-    return _apply(x, cos, sin)
+    return RoPEFn.apply(x, cos, sin)
 
 
 def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -48,6 +44,5 @@ def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tor
 def rope_tables(positions: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, ...]:
     """cos and sin (positions, dim) of angle p·base^(−2i/dim) for pair i, in float64."""
     freqs = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    angles = torch.arange(positions, dtype=torch.float64)[:, None] * freqs
-    angles = torch.cat((angles, angles), -1)
+    angles = (torch.arange(positions, dtype=torch.float64)[:, None] * freqs).repeat(1, 2)
     return angles.cos(), angles.sin()

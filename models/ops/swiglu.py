@@ -3,8 +3,6 @@
 import torch
 import torch.nn.functional as F
 
-from ._function import compilable
-
 
 class SwiGLUFn(torch.autograd.Function):
     """Saves a and b and recomputes sigmoid(a) in backward; the twin also keeps silu(a)."""
@@ -22,12 +20,10 @@ class SwiGLUFn(torch.autograd.Function):
         return grad * b * sig * (1 + a * (1 - sig)), grad * a * sig
 
 
-_apply = compilable(SwiGLUFn)
-
 
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """silu(a) · b elementwise, through SwiGLUFn."""
-    return _apply(a, b)
+    return SwiGLUFn.apply(a, b)
 
 
 def swiglu_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
