@@ -53,9 +53,11 @@ def resume_config(cfg: DictConfig, run_dir: Path, given: list[str]) -> DictConfi
     user's op only if `given` repeats it) and the KEPT keys `given` sets."""
     where = Path(cfg.resume).expanduser().resolve()
     if not (where / CHECKPOINT).is_file() and not (where / ".hydra" / "config.yaml").is_file():
+        jobs = sorted(p.parent.parent.name for p in where.glob("*/.hydra/config.yaml"))  # a sweep
         raise ConfigError(f"resume={cfg.resume}: {where} " + (
             "is a file; give the run dir that holds it" if where.is_file() else
-            "holds no run" if where.is_dir() else "does not exist"))
+            "holds no run" + (f"; its runs: {', '.join(jobs)}" * bool(jobs)) if where.is_dir()
+            else "does not exist"))
     if where != run_dir:
         raise ConfigError(f"resume={cfg.resume} runs in that dir; leave hydra.run.dir out")
     stored = [str(o) for o in _read(where / ".hydra" / "overrides.yaml", list)]

@@ -30,7 +30,7 @@ from fitting.rundir import WRITE_FAULT, RunDir, fault
 from fitting.slots import describe, source, uses
 from fitting.track.files import write_atomic
 from fitting.track.memory import peak_rss_bytes
-from fitting.track.tensorboard import TensorBoard
+from fitting.track.tensorboard import TensorBoard, hparam_values
 
 log = logging.getLogger(__name__)
 RESULTS, TRACE = "results.json", "profile.pt.trace.json"
@@ -73,7 +73,8 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
             payload = rundir.claim(cfg, given, HydraConfig.instance().cfg if hydra else None)
             state = State() if payload is None else restore(payload, task, optimizer, scheduler)
             ckpt.saved = payload and state.step
-            info = _describe(cfg, kind.name, device, ops)
+            info = _describe(cfg, kind.name, device, ops) | {"overrides": given}
+            log.info("run dir: %s", out)  # first, as soon as it is the run's
             log.info("task=%s %s %s", info["task"], " ".join(
                 f"ops.{s}={t}" for s, t in info["ops"].items()), info["run"].split(" ", 1)[1])
             if not rundir.new:
@@ -188,7 +189,7 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
         with torch.random.fork_rng():  # the end's figure draws nothing a continuation would
             fig, summary = evaluate(task, tb, state, state.step, True, True), \
                 task.summary(task.model)
-        tb.hparams(info["ops"], info["run"])
+        tb.hparams(hparam_values(info, cfg, info["overrides"]))
         save("converged" if state.converged else "completed", summary)
     except NonFinite as err:
         save("diverged")  # found on a logged step: the weights may be non-finite already

@@ -12,6 +12,8 @@ import sys
 import textwrap
 
 from fitting.compare.runs import (
+    DONE,
+    job,
     pair,
     pairs_table,
     read_runs,
@@ -40,7 +42,8 @@ NOTES = """\
 
 def write_report(runs: list, root: str, out: str) -> str:
     """Pair `runs` (of `root`); write compare.md, compare.png and differences/ to `out`; the
-    text for a terminal: the runs' table, each op's verdict over seeds, where the rest is."""
+    text for a terminal: the runs' table, each op's verdict over seeds, where the rest is, the
+    jobs that did not complete, the TensorBoard command."""
     from fitting.compare.plot import figure
 
     pair(runs)
@@ -56,9 +59,12 @@ def write_report(runs: list, root: str, out: str) -> str:
     md += f"\n## Notes\n\n{NOTES}\n\n![comparison](compare.png)\n"
     write_atomic(os.path.join(out, "compare.png"), lambda f: figure(runs).savefig(f, format="png"))
     write_atomic(os.path.join(out, "compare.md"), md.encode("utf-8"))
+    undone = [f"{job(run)} ({run.status})" for run in runs if run.status not in DONE]
     return "\n".join([terminal_table(runs), *(textwrap.fill(v, 100, subsequent_indent="    ")
                                               for v in verdicts),
-                      f"compare.md, compare.png: {shown(out)}"]) + "\n"
+                      f"compare.md, compare.png: {shown(out)}",
+                      *(["did not complete: " + ", ".join(undone)] if undone else []),
+                      f"tensorboard --logdir {shown(root)}"]) + "\n"
 
 
 def report(root: str, out: str | None = None) -> str:

@@ -94,9 +94,10 @@ def load(spec: str) -> Callable:
     """A user's op named `<module>:<name>`, imported from the current dir or PYTHONPATH; a
     torch.autograd.Function subclass as its `.apply`."""
     module, _, name = spec.partition(":")
-    if not (module and name):
+    if not (module and name):  # torch.nn.functional.silu: a dot for the colon
+        fix = f"; did you mean {':'.join(spec.rsplit('.', 1))}?" if "." in spec else ""
         raise ValueError("expected custom, builtin, <module>:<name> or "
-                         "{_target_:<module>.<name>,_partial_:true,<arg>:<value>}")
+                         "{_target_:<module>.<name>,_partial_:true,<arg>:<value>}" + fix)
     top, cwd = module.split(".")[0], os.getcwd()
     mine = next((p for p in (f"{top}.py", f"{top}/__init__.py") if os.path.isfile(p)), None)
     loaded = getattr(sys.modules.get(top), "__file__", None)
@@ -106,8 +107,15 @@ def load(spec: str) -> Callable:
     sys.path.insert(0, cwd)
     try:
         obj = pkgutil.resolve_name(spec)
+    except ModuleNotFoundError as err:
+        obj = err  # raised below, outside this block: `line` reads the innermost error
     finally:
         sys.path.remove(cwd)
+    if isinstance(obj, ModuleNotFoundError):
+        if obj.name != top:
+            raise obj
+        raise ModuleNotFoundError(f"no module {top} in the current dir ({cwd}) or on PYTHONPATH "
+                                  f"({os.environ.get('PYTHONPATH') or 'unset'})")
     if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
         return obj.apply
     if not callable(obj):

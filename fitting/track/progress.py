@@ -1,6 +1,6 @@
 """Progress of a run: steps done, rate and time left. One updating tqdm line on a terminal; a
 plain log line every 10 % of the steps in the run's log file, and on anything that is not a
-terminal (a SLURM job's output)."""
+terminal (a SLURM job's output) but a sweep's console, which has a line per job instead."""
 
 import logging
 import sys
@@ -8,6 +8,8 @@ import time
 from contextlib import AbstractContextManager
 from typing import TextIO
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from tqdm import tqdm
 
 log = logging.getLogger(__name__)
@@ -21,8 +23,9 @@ class Progress(AbstractContextManager):
     def __init__(self, total: int, initial: int = 0, file: TextIO | None = None) -> None:
         file = sys.stderr if file is None else file
         self.total, self.initial, self.loss = total, initial, ""
+        sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
         self.bar = (tqdm(total=total, initial=initial, file=file, unit="step", leave=True,
-                         dynamic_ncols=True) if file.isatty() else None)
+                         dynamic_ncols=True) if file.isatty() and not sweep else None)
         self.tenth = initial * 10 // max(total, 1) + 1  # the next tenth of the steps to log at
         self.start = time.monotonic()
 
@@ -43,7 +46,7 @@ class Progress(AbstractContextManager):
             line = tqdm.format_meter(done, self.total, time.monotonic() - self.start,
                                      initial=self.initial, unit="step", bar_format=LINE,
                                      postfix=self.loss)
-            if self.bar is None:
+            if self.bar is None:  # in a sweep, the console shows only warnings (its callback)
                 log.info(line)
                 return
             # The terminal has the bar: the run's log files (Hydra's job log) get the line.

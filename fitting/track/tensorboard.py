@@ -3,6 +3,7 @@ Custom Scalars layout, all through torch.utils.tensorboard.SummaryWriter."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
@@ -18,10 +19,14 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 # The HParams table's metric columns (each tag's last value), in the experiment that
-# fitting.compare's callback writes into a sweep's dir.
-METRICS = ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
-# What fitting.compare's difference runs log: mine − reference of loss/train.
-DIFF_TAG = "loss/train_diff"
+# fitting.compare's callback writes into a sweep's dir. Its table shows about 5 hparam and
+# metric columns in a 1366 px window: not loss/val (Time Series has it).
+METRICS = ("loss/train", "time/step_ms_median", "memory/saved_bytes")
+# What fitting.compare's difference runs log: mine − reference of loss/train. Time Series
+# shows a group's cards by name: it, then the log10, then loss/train and loss/val.
+DIFF_TAG = "loss/diff_train"
+# log10 of loss/train: its decades apart on TensorBoard's linear axis, beside loss/train.
+LOG10_TAG = "loss/log10_train"
 # Not the opt-in memory/peak_bytes: an empty chart would read as "missing" in every run.
 COST_TAGS = ("time/step_ms", "time/step_ms_median", "memory/saved_bytes", "memory/peak_rss_bytes")
 
@@ -34,10 +39,11 @@ def _chart(*tags: str) -> list:
 # train and val apart: each chart has one line per run, so identical runs share one line.
 LAYOUT = {
     "loss": {
-        "loss/train, every run": _chart("loss/train"),
-        "loss/val, every run": _chart("loss/val"),
+        "log10 loss/train, every run": _chart(LOG10_TAG),
         "loss/train, mine − reference (a line at 0 = identical; no line = no pair compared)":
             _chart(DIFF_TAG),
+        "loss/train, every run": _chart("loss/train"),
+        "loss/val, every run": _chart("loss/val"),
     },
     "cost per step": {tag: _chart(tag) for tag in COST_TAGS},
     "optimizer": {"optim/grad_norm": _chart("optim/grad_norm")},
@@ -61,9 +67,11 @@ class TensorBoard(AbstractContextManager):
         self.writer.close()
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
-        """Log several scalars at `step`, tags as given (e.g. 'loss/train')."""
+        """Log several scalars at `step`, tags as given (e.g. 'loss/train'; with it, LOG10_TAG)."""
         from torch.utils.tensorboard.summary import scalar
 
+        if values.get("loss/train", 0) > 0:
+            values = {**values, LOG10_TAG: math.log10(values["loss/train"])}
         # One event for all, not one per tag as add_scalar writes: the writer checksums each
         # event in Python on its own thread, competing with the training for the GIL.
         summaries = [scalar(tag, float(value)) for tag, value in values.items()]
@@ -85,21 +93,32 @@ class TensorBoard(AbstractContextManager):
         """Save `fig` as the PNG `png_path` and log it as image `tag` at `step`."""
         self.writer.add_image(tag, save_png(fig, png_path), step, dataformats="HWC")
 
-    def hparams(self, ops: Mapping[str, str], run: str) -> None:
-        """This run's row in the HParams table: one column per op slot ('ops.<slot>') and `run`
-        (the rest of the run's choices), written into this run itself, not into add_hparams'
-        timestamped sub-run; its Trial ID: trial_id(log_dir)."""
-        from tensorboard.plugins.hparams.summary_v2 import hparams_pb  # the api module's
+    def hparams(self, values: Mapping[str, str]) -> None:
+        """This run's row in the HParams table (hparam_values), written into this run itself,
+        not into add_hparams' timestamped sub-run; its Trial ID: trial_id(log_dir)."""
+        from tensorboard.plugins.hparams.summary_v2 import hparams_pb
         from torch.utils.tensorboard.summary import hparams
 
-        values: dict[str, Any] = {f"ops.{slot}": text for slot, text in ops.items()}
-        values["run"] = run
-        # The session only, not the experiment (the table's columns): TensorBoard takes the
-        # first experiment it finds, so one per run would hide the sweep's (fitting.compare's
-        # callback: METRICS, and which columns differ). With none, it makes one from the runs.
-        _, _, end = hparams(values, {})
-        for summary in (hparams_pb(values, trial_id=trial_id(self.log_dir)), end):
+        # The session only, not the experiment (the columns and their domains): TensorBoard
+        # takes the first experiment it finds; fitting.compare's callback writes the sweep's.
+        _, _, end = hparams(dict(values), {})
+        for summary in (hparams_pb(dict(values), trial_id=trial_id(self.log_dir)), end):
             self.writer.file_writer.add_summary(summary)
+
+
+def hparam_values(run: Mapping[str, Any], config: Mapping[str, Any],
+                  overrides: Iterable[str]) -> dict[str, str]:
+    """A run's HParams values, text (parallel coordinates drops a row that lacks one): its task,
+    optimizer and op in each slot of its task (`ops.<slot>`, as results.json names them), lr,
+    seed and every other command-line override."""
+    lr = config["optimizer"].get("lr")  # as text: newton and lm have none, "-"
+    values = {"task": run["task"], "optimizer": run["optimizer"], "seed": str(config["seed"]),
+              "lr": "-" if lr is None else f"{lr:g}",
+              **{f"ops.{slot}": text for slot, text in run["ops"].items()}}
+    for key, _, value in (o.lstrip("+~").partition("=") for o in overrides):
+        if key not in ("impl", "resume", "optimizer.lr") and key[:4] != "ops.":
+            values.setdefault(key, value)
+    return values
 
 
 def save_png(fig: Figure, path: str | Path) -> np.ndarray:
@@ -115,12 +134,11 @@ def save_png(fig: Figure, path: str | Path) -> np.ndarray:
 
 
 def trial_id(log_dir: Path) -> str:
-    """Short, unique in a logdir of sweeps: a job's `21-05-33 #0 impl=custom` (its sweep's time,
-    number, overrides), else the run dir's parent and name (`2026-11-27 21-05-33-…`)."""
-    job, time = re.fullmatch(r"(\d+)_(.*)", log_dir.name), log_dir.parent.name
+    """Short, unique in a logdir of sweeps: a job's `21-05-33 #0` (its sweep's time and number;
+    the columns say the rest), else the run dir's parent and name (`2026-11-27 21-05-33-…`)."""
+    job, time = re.match(r"\d+(?=_)", log_dir.name), log_dir.parent.name
     time = re.sub(r"^(\d\d-\d\d-\d\d)-\d+$", r"\1", time) if job else time  # %H-%M-%S-%f
-    text = f"{time} #{job[1]} {job[2]}" if job else f"{time} {log_dir.name}"
-    return text if len(text) <= 60 else text[:59] + "…"
+    return f"{time} #{job[0]}" if job else f"{time} {log_dir.name}"
 
 
 def norms(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, float]:

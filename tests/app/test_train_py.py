@@ -3,6 +3,7 @@ process stopped by SIGTERM that resumes bit-identical."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,8 +19,13 @@ from tests.train.helpers import go, same_weights
 @pytest.mark.parametrize("args, message", [
     (["steps=0"], "steps must be >= 1, got 0"),
     (["+foo=1"], "unknown key foo"),
+    (["task=mlp", "step=500"], "unknown key step: did you mean steps?"),  # not Hydra's +step=
+    (["log.evry=5"], "unknown key log.evry: did you mean log.every?"),
     (["task=mlp", "task.hidden=[64,0]"], "task.hidden must be"),
-    (["ops.legendre_p3=no_such_module:fn"], "No module named"),
+    (["ops.legendre_p3=no_such_module:fn"],  # where it was looked for
+     f"no module no_such_module in the current dir ({REPO}) or on PYTHONPATH ("),
+    (["task=mlp", "ops.activation=torch.nn.functional.silu"],  # a dot for the colon
+     "; did you mean torch.nn.functional:silu?"),
     (["task=mlp", "task.target=" + "x" * 200_000], "task.target must be"),
     (["task.n_points=1000000000000"], "the task does not fit in memory ("),
     (["task=mlp", "optimizer.lr=1e309"], "optimizer.lr must be a finite number, got inf"),
@@ -91,10 +97,57 @@ def test_sigterm_checkpoints_and_the_resumed_run_ends_bit_identical(tmp_path):
     assert os.path.getsize(out / ".hydra" / "overrides.yaml") > 0
 
 
-def test_a_sweeps_jobs_leave_the_tensorboard_line_to_its_end(tmp_path, train_cli):
+def test_a_sweep_prints_a_line_per_job_start_and_end_and_the_tensorboard_line_at_its_end(
+        tmp_path, train_cli):
     done = train_cli("-m", "steps=3", "impl=custom,builtin", f"hydra.sweep.dir={tmp_path}")
-    assert done.returncode == 0 and done.stdout.count("run dir: ") == 2
-    table = [line for line in done.stdout.splitlines() if line.endswith("  completed")]
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[0] == (  # nothing of Hydra's, no progress lines
+        f"job 1 of 2: steps=3 impl=custom; run dir: {tmp_path}/0_impl=custom,steps=3")
+    assert re.fullmatch(r"job 1 of 2 ended: completed, final loss [\d.e+-]+; "
+                        r"\d\d:\d\d left in the sweep", lines[1])
+    assert lines[2] == f"job 2 of 2: steps=3 impl=builtin; run dir: {tmp_path}/1_impl=builtin,steps=3"
+    assert re.fullmatch(r"job 2 of 2 ended: completed, final loss [\d.e+-]+", lines[3])
+    # The job's own lines, with their [date][logger][level] prefix, in its log file only.
+    log = (tmp_path / "0_impl=custom,steps=3" / "train.log").read_text().splitlines()
+    assert re.match(r"\[[-\d :,]+\]\[fitting.run\]\[INFO\] - task=poly3 ", log[1])
+    assert any("3/3 steps (100%)" in line for line in log)
+    table = [line for line in lines if line.endswith("  completed")]
     assert "Result:" not in done.stdout and len(table) == 2  # the table
     assert done.stdout.count("tensorboard --logdir") == 1
     assert done.stdout.rstrip().endswith(f"tensorboard --logdir {tmp_path}")
+
+
+def test_a_run_names_its_dir_first_and_its_console_has_no_prefix_nor_profiler_lines(tmp_path):
+    """profile=true and CPU memory peaks run torch's profiler: its USDT lines and the CPU
+    allocator's warning (C++ output, so a real process) are not shown."""
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, TRAIN, "task=mlp", "steps=6", "profile=true", "log.memory_every=2",
+         f"hydra.run.dir={out}"], cwd=REPO, env=user_env(), capture_output=True, text=True,
+        timeout=300)
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode == 0 and done.stdout.startswith(f"run dir: {out}\n")
+    assert [line for line in lines if re.match(r"\[|USDT|STAGE|\[W", line)
+            or "CPUAllocator" in line] == []
+    assert any(line.startswith("profile of steps 2-4: ") for line in lines)
+
+
+def test_resume_of_a_sweeps_dir_names_its_runs(tmp_path, train_cli):
+    for job in ("0_seed=0", "1_seed=1"):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    done = train_cli(f"resume={tmp_path}")
+    assert (done.returncode, done.stderr) == (2, f"config error: resume={tmp_path}: {tmp_path} "
+                                                 "holds no run; its runs: 0_seed=0, 1_seed=1\n")
+
+
+def test_readmes_my_ops_are_in_docs_examples(monkeypatch):
+    """README's `my_ops:<name>` examples, with docs/examples on the path as README says."""
+    from fitting.opcheck.boundary import load
+
+    monkeypatch.syspath_prepend(str(REPO / "docs" / "examples"))
+    readme = (REPO / "README.md").read_text()
+    assert "PYTHONPATH=docs/examples" in readme
+    names = set(re.findall(r"my_ops:(\w+)", readme))
+    assert {"swish", "leaky", "my_layer_norm", "samples"} <= names
+    assert all(callable(load(f"my_ops:{name}")) for name in names)

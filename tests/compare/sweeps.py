@@ -16,7 +16,7 @@ from torch.utils.tensorboard.summary import hparams
 
 from fitting.slots import SLOTS, describe
 from fitting.tasks import TASKS
-from fitting.track.tensorboard import trial_id
+from fitting.track.tensorboard import hparam_values, trial_id
 
 LOSSES = 1000.0 * 0.8 ** np.arange(10) + 9.0
 
@@ -24,7 +24,7 @@ LOSSES = 1000.0 * 0.8 ** np.arange(10) + 9.0
 def write_run(run_dir: str | bytes | os.PathLike, *, status: str | None = "completed",
               losses: np.ndarray = LOSSES, step_ms: float = 2.0, saved_bytes: float = 48_000,
               peak_bytes: float | None = None, lr: float = 1e-3, seed: int = 0,
-              impl: str = "custom", task: str = "mlp", sources: dict[str, str] | None = None,
+              impl: str = "custom", task: str = "mlp", optimizer: str = "adam", sources: dict[str, str] | None = None,
               **ops: object) -> str:
     """One run dir of `task`; `ops` are the op choices (the other slots follow `impl`, as Hydra
     saves them: '${impl}'); status=None: no results.json (a run still running, or killed);
@@ -50,9 +50,9 @@ def write_run(run_dir: str | bytes | os.PathLike, *, status: str | None = "compl
     # SummaryWriter opens only UTF-8 paths: write elsewhere and move the file in.
     tmp = os.path.join(os.path.dirname(run_dir) or ".", ".events")
     with SummaryWriter(tmp) as writer:
-        values = {f"ops.{slot}": text for slot, text in ops.items()}
         # The session alone, as fitting.track writes it: the experiment is the sweep's end's.
-        values["run"] = f"lr={lr} seed={seed}"
+        values = hparam_values({"task": task, "optimizer": optimizer, "ops": ops}, config,
+                               overrides)
         _, _, end = hparams(values, {})
         trial = trial_id(Path(run_dir.encode("utf-8", "replace").decode()))  # TensorBoard's
         for summary in (hparams_pb(values, trial_id=trial), end):
@@ -70,7 +70,7 @@ def write_run(run_dir: str | bytes | os.PathLike, *, status: str | None = "compl
         with open(os.path.join(run_dir, "results.json"), "w") as f:
             json.dump({"status": status, "final_loss": float(losses[-1]) if len(losses) else None,
                        "step_ms_median": step_ms, "saved_bytes": saved_bytes,
-                       "peak_rss_bytes": 1e8, "task": task, "optimizer": "adam",
+                       "peak_rss_bytes": 1e8, "task": task, "optimizer": optimizer,
                        "ops": ops, **({"op_sources": op_sources} if op_sources else {})}, f)
     return run_dir
 

@@ -1,6 +1,7 @@
 """The end of every sweep (fitting.compare.callback): one table, each op's verdict over seeds,
-the jobs that did not complete, compare.md and the difference runs, the HParams columns (every
-slot, the ones that differ first), and one TensorBoard line."""
+the jobs that did not complete, compare.md and the difference runs, the HParams columns (what
+varies and the task's op slots, each with its domain, the ones that differ first), and one
+TensorBoard line; its start: how many jobs."""
 
 from __future__ import annotations
 
@@ -9,16 +10,22 @@ import os
 import time
 
 import pytest
+from google.protobuf.json_format import MessageToDict
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata
 
 from fitting.compare import callback
 from fitting.compare.runs import pair, read_runs, terminal_table
-from fitting.slots import SLOTS
 from fitting.tasks import TASKS
 from tests.compare.sweeps import LOSSES, write_run
-from tests.helpers.tensorboard_server import WAIT_S, hparams_table, tensorboard, wait_for_runs
+from tests.helpers.tensorboard_server import (
+    WAIT_S,
+    hparams_table,
+    post_json,
+    tensorboard,
+    wait_for_runs,
+)
 
 
 def end_of_sweep(sweep_dir, capsys) -> list[str]:
@@ -51,52 +58,65 @@ def test_one_table_the_verdicts_the_jobs_that_did_not_complete_and_one_tensorboa
     assert "- 0_a=custom − 1_a=builtin: max |Δ|" in md
 
 
-def experiment_of(run_dir) -> list[tuple[str, bool]]:
-    """The HParams columns of the experiment in `run_dir`: (name, differs)."""
+def experiment_of(run_dir) -> list[tuple[str, bool, list]]:
+    """The HParams columns of the experiment in `run_dir`: (name, differs, domain)."""
     acc = EventAccumulator(str(run_dir))
     acc.Reload()
     content = acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.EXPERIMENT_TAG]
     experiment = metadata.parse_experiment_plugin_data(content)
     assert [m.name.tag for m in experiment.metric_infos] == list(callback.METRICS)
-    return [(h.name, h.differs) for h in experiment.hparam_infos]
+    assert [m.display_name for m in experiment.metric_infos] == [
+        "loss", "step ms", "saved B"]
+    return [(h.name, h.differs, [MessageToDict(v) for v in h.domain_discrete.values])
+            for h in experiment.hparam_infos]
 
 
-def test_hparams_list_every_op_slot_the_differing_ones_first(tmp_path, capsys):
-    """Of a logdir of sweeps TensorBoard shows one experiment: each lists every task's slots."""
-    write_run(tmp_path / "mlp" / "0_a=custom")
-    write_run(tmp_path / "mlp" / "1_a=builtin", activation="builtin")
-    write_run(tmp_path / "poly3" / "0_p=custom", task="poly3")
-    write_run(tmp_path / "poly3" / "1_p=builtin", task="poly3", legendre_p3="builtin")
-    end_of_sweep(tmp_path / "mlp", capsys)
-    end_of_sweep(tmp_path / "poly3", capsys)
-    assert glob.glob(str(tmp_path / "*" / "events.out.tfevents.*")) == []  # no empty run "."
-    for run, differs in (("mlp/0_a=custom", "activation"), ("poly3/0_p=custom", "legendre_p3")):
-        others = [(f"ops.{s}", False) for s in sorted(SLOTS) if s != differs]
-        assert experiment_of(tmp_path / run) == [(f"ops.{differs}", True), *others, ("run", False)]
+def test_hparams_columns_are_what_varies_each_with_its_domain(
+        tmp_path, capsys):
+    """Parallel coordinates draws only columns with a domain; a 1366 px window shows about 5
+    columns: none for what is the same in every job, nor for another task's op slots."""
+    for seed in (0, 1):
+        write_run(tmp_path / f"{2 * seed}_a=custom,seed={seed}", seed=seed)
+        write_run(tmp_path / f"{2 * seed + 1}_a=builtin,seed={seed}", seed=seed,
+                  activation="builtin")
+    end_of_sweep(tmp_path, capsys)
+    assert experiment_of(tmp_path / "0_a=custom,seed=0") == [
+        ("ops.activation", True, ["builtin", "custom"]), ("seed", True, ["0", "1"])]
+
+
+def test_the_optimizer_is_a_column_where_a_sweep_varies_it(tmp_path, capsys):
+    for k, (optimizer, lr) in enumerate([("adam", 1e-3), ("lbfgs", 1.0)]):
+        write_run(tmp_path / f"{k}_optimizer={optimizer}", task="poly3", lr=lr,
+                  optimizer=optimizer)
+    end_of_sweep(tmp_path, capsys)
+    assert experiment_of(tmp_path / "0_optimizer=adam") == [
+        ("lr", True, ["0.001", "1"]), ("optimizer", True, ["adam", "lbfgs"])]
+
+
+def test_a_sweep_of_one_job_shows_its_op_slots(tmp_path, capsys):
+    write_run(tmp_path / "0_task=cnn", task="cnn")
+    end_of_sweep(tmp_path, capsys)
+    assert experiment_of(tmp_path / "0_task=cnn") == [
+        (f"ops.{slot}", False, ["custom"]) for slot in sorted(TASKS["cnn"].slots)]
 
 
 @pytest.mark.slow
-def test_hparams_of_a_logdir_of_sweeps_name_each_trial_and_keep_every_op_column(tmp_path, capsys):
-    """`tensorboard --logdir outputs/multirun` over an mlp sweep and a poly3 sweep."""
-    mlp, poly3 = tmp_path / "2026-11-27" / "21-05-33-000001", tmp_path / "2026-11-28" / "09-10-11-2"
-    write_run(mlp / "0_ops.activation=custom")
-    write_run(mlp / "1_ops.activation=builtin", activation="builtin")
-    write_run(poly3 / "0_ops.legendre_p3=custom", task="poly3")
-    write_run(poly3 / "1_ops.legendre_p3=builtin", task="poly3", legendre_p3="builtin")
-    for sweep in (mlp, poly3):
-        end_of_sweep(sweep, capsys)
-    runs = {str(p.relative_to(tmp_path)): {"loss/train"} for p in tmp_path.glob("*/*/[01]_*")}
+def test_tensorboard_serves_each_column_with_its_domain_and_short_trial_ids(tmp_path, capsys):
+    """What the HParams dashboard reads from `tensorboard --logdir SWEEP`: no column without
+    a domain (the browser's `cannot process domain type`), a row per job, named by its number."""
+    sweep = tmp_path / "2026-11-27" / "21-05-33-000001"
+    write_run(sweep / "0_ops.activation=custom")
+    write_run(sweep / "1_ops.activation=builtin", activation="builtin")
+    end_of_sweep(sweep, capsys)
+    runs = {str(p.relative_to(tmp_path)): {"loss/train"} for p in sweep.glob("[01]_*")}
     with tensorboard(tmp_path) as base:
         wait_for_runs(base, runs, time.monotonic() + WAIT_S)
+        experiment = post_json(base + "data/plugin/hparams/experiment", {"experimentName": ""})
         columns, rows = hparams_table(base)
-    assert {f"ops.{s}" for s in SLOTS} < set(columns)
-    run = {"run": "lr=0.001 seed=0"}
-    mlp_ops = {f"ops.{s}": "custom" for s in TASKS["mlp"].slots}  # its slots only
-    assert rows == {
-        "21-05-33 #0 ops.activation=custom": {**run, **mlp_ops},
-        "21-05-33 #1 ops.activation=builtin": {**run, **mlp_ops, "ops.activation": "builtin"},
-        "09-10-11 #0 ops.legendre_p3=custom": {**run, "ops.legendre_p3": "custom"},
-        "09-10-11 #1 ops.legendre_p3=builtin": {**run, "ops.legendre_p3": "builtin"}}
+    assert all(h["domainDiscrete"] for h in experiment["hparamInfos"])
+    assert columns == ["ops.activation"]
+    assert {trial: {c: row[c] for c in columns} for trial, row in rows.items()} == {
+        "21-05-33 #0": {"ops.activation": "custom"}, "21-05-33 #1": {"ops.activation": "builtin"}}
 
 
 def test_the_metric_columns_are_the_ones_track_logs():
@@ -109,8 +129,13 @@ def test_a_sweep_without_any_run_dir_still_ends_with_its_line(tmp_path, capsys):
     assert end_of_sweep(tmp_path, capsys) == [f"tensorboard --logdir {tmp_path}"]
 
 
-def test_a_sweep_tells_train_py_where_it_is(tmp_path, monkeypatch):
-    monkeypatch.delenv("FITTING_SWEEP_DIR", raising=False)
-    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+def test_a_sweep_tells_train_py_where_it_is_and_its_jobs_how_many_there_are(
+        tmp_path, monkeypatch):
+    for name in ("FITTING_SWEEP_DIR", "FITTING_SWEEP_JOBS"):
+        monkeypatch.setenv(name, "")  # restored after the test
+    config = OmegaConf.create({"hydra": {
+        "sweep": {"dir": str(tmp_path)}, "sweeper": {"params": {"impl": "custom,builtin"}},
+        "overrides": {"task": ["task=mlp", "seed=0,1,2", "ops.activation=custom,my_ops:swish"]}}})
     callback.SweepSummary().on_multirun_start(config=config, config_name="config")
     assert os.environ["FITTING_SWEEP_DIR"] == str(tmp_path)  # train.py's signal line names it
+    assert os.environ["FITTING_SWEEP_JOBS"].split()[0] == "12"  # job k of 12

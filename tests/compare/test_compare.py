@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util.tensor_util import make_ndarray
 
 from fitting.compare import plot, report
-from fitting.compare.runs import pair, read_runs, terminal_table
+from fitting.compare.runs import DIFF_TAG, pair, read_runs, terminal_table
 from fitting.slots import describe
 from fitting.tasks import TASKS
 from tests.compare.sweeps import LOSSES, files, write_run
@@ -118,7 +118,9 @@ def test_files_go_to_out_and_nothing_into_the_runs_dir(compared, sweep):
     runs = read_runs(sweep)
     pair(runs)
     assert stdout.startswith(terminal_table(runs) + "\n")
-    assert stdout.endswith(f"compare.md, compare.png: {out}\n")
+    assert stdout.endswith(f"compare.md, compare.png: {out}\n"  # as the sweep's end says
+                           "did not complete: #2 (diverged), #6 (running or killed)\n"
+                           f"tensorboard --logdir {sweep}\n")
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
     assert sorted(os.listdir(out)) == ["compare.md", "compare.png", "differences"]
 
@@ -137,9 +139,9 @@ def test_difference_runs_say_identical_and_missing(tmp_path):
                                                             "2_other_minus_1_ref"]
     acc = EventAccumulator(str(tmp_path / "differences" / "2_other_minus_1_ref"))
     acc.Reload()
-    diff = [float(make_ndarray(e.tensor_proto)) for e in acc.Tensors("loss/train_diff")]
+    diff = [float(make_ndarray(e.tensor_proto)) for e in acc.Tensors(DIFF_TAG)]
     assert diff == pytest.approx(np.ones(10), rel=1e-4)
-    assert acc.summary_metadata["loss/train_diff"].summary_description == "max |Δ| 1"
+    assert acc.summary_metadata[DIFF_TAG].summary_description == "max |Δ| 1"
 
 
 def test_a_non_utf8_dir_name(tmp_path, capsys):

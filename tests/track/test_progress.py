@@ -56,3 +56,27 @@ def test_one_updating_line_on_a_terminal_and_plain_lines_in_the_log_file(caplog,
     last = out.rsplit("\r", 1)[-1]
     assert "50/50" in last and "step/s" in last and "loss 0.25" in last
     assert caplog.records == []  # no console lines beside the bar
+
+
+def test_a_sweeps_job_draws_no_bar_its_log_file_has_the_lines(tmp_path, caplog):
+    """A sweep's console has a line per job (fitting.compare's callback), no job's progress."""
+    from hydra.conf import HydraConf
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    terminal, job_log = Terminal(), logging.FileHandler(tmp_path / "train.log")
+    HydraConfig.instance().set_config(
+        OmegaConf.create({"hydra": OmegaConf.structured(HydraConf(mode=RunMode.MULTIRUN))}))
+    logging.getLogger().addHandler(job_log)
+    try:
+        with caplog.at_level(logging.INFO, logger="fitting.track.progress"), \
+                Progress(50, file=terminal) as progress:
+            for done in range(1, 51):
+                progress.update(done)
+    finally:
+        HydraConfig.instance().cfg = None
+        logging.getLogger().removeHandler(job_log)
+        job_log.close()
+    assert terminal.getvalue() == ""
+    assert len((tmp_path / "train.log").read_text().splitlines()) == 10

@@ -3,6 +3,8 @@ layout (train and val apart), the figure, all read back with TensorBoard's own r
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from google.protobuf.json_format import MessageToDict
@@ -11,7 +13,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from fitting.track.tensorboard import DIFF_TAG, METRICS, TensorBoard, norms
+from fitting.track.tensorboard import (
+    DIFF_TAG,
+    LOG10_TAG,
+    METRICS,
+    TensorBoard,
+    hparam_values,
+    norms,
+)
 
 STEP = {"loss/train": 9.0, "time/step_ms": 0.3, "time/step_ms_median": 0.25,
         "memory/saved_bytes": 32004.0, "memory/peak_rss_bytes": 2e8, "optim/grad_norm": 1.0}
@@ -32,10 +41,13 @@ def test_scalars_and_histograms_read_back(tmp_path):
         tb.histograms(2, named)
     acc = read(tmp_path)
     tags = set(acc.Tags()["scalars"])
-    assert set(STEP) | {"loss/val", "norms/weight/weight", "norms/grad/weight",
+    assert set(STEP) | {LOG10_TAG, "loss/val", "norms/weight/weight", "norms/grad/weight",
                         "norms/weight/bias", "norms/grad/bias"} == tags
     assert not [t for t in tags if t.startswith("loss_by_task")]
     assert [(e.step, e.value) for e in acc.Scalars("loss/train")] == [(0, 9.0), (1, 8.0), (2, 7.0)]
+    # The decades of the loss apart on TensorBoard's linear axis.
+    assert [e.value for e in acc.Scalars(LOG10_TAG)] == pytest.approx(
+        [math.log10(9.0), math.log10(8.0), math.log10(7.0)])
     assert acc.Scalars("norms/weight/weight")[0].value == pytest.approx(
         float(model.weight.detach().norm()))
     assert set(acc.Tags()["histograms"]) == {"weights/weight", "weights/weight.grad",
@@ -50,17 +62,23 @@ def test_scalar_parameters_are_logged_as_params():
     assert norms([("a", a), ("b", b)]) == {"params/a": 3.0, "params/b": 4.0}
 
 
+CONFIG = {"task": {"_target_": "fitting.tasks.MLPTask"},
+          "optimizer": {"_target_": "torch.optim.Adam", "lr": 0.001}, "seed": 1}
+
+
 @pytest.mark.parametrize(("run_dir", "trial"), [
-    ("multirun/2026-11-27/21-05-33-123456/0_impl=custom", "21-05-33 #0 impl=custom"),
+    ("multirun/2026-11-27/21-05-33-123456/0_impl=custom", "21-05-33 #0"),
     ("multirun/2026-11-27/21-05-33-123456/12_ops.activation=my_ops:swish_with_a_long_name,"
-     "seed=3", "21-05-33 #12 ops.activation=my_ops:swish_with_a_long_name,s…"),
+     "seed=3", "21-05-33 #12"),
     ("2026-11-27/21-05-33-123456", "2026-11-27 21-05-33-123456"),
 ])
 def test_hparams_session_is_in_the_run_itself_and_leaves_the_columns_to_the_sweep(
         tmp_path, run_dir, trial):
     ops = {"linear": "custom", "activation": "torch.nn.functional.leaky_relu(negative_slope=0.1)"}
+    overrides = ["task=mlp", f"ops.activation={ops['activation']}", "seed=1", "task.width=32"]
     with TensorBoard(tmp_path / run_dir) as tb:
-        tb.hparams(ops, "mlp adam lr=0.001 steps=3 seed=0 float32 cpu")
+        tb.hparams(hparam_values({"task": "mlp", "optimizer": "adam", "ops": ops}, CONFIG,
+                                 overrides))
         tb.scalars(0, STEP)
     tmp_path = tmp_path / run_dir
     content = read(tmp_path).PluginTagToContent("hparams")
@@ -70,10 +88,11 @@ def test_hparams_session_is_in_the_run_itself_and_leaves_the_columns_to_the_swee
     start = data.FromString(content["_hparams_/session_start_info"]).session_start_info
     values = {name: v.string_value for name, v in start.hparams.items()}
     assert values == {"ops.linear": "custom", "ops.activation": ops["activation"],
-                      "run": "mlp adam lr=0.001 steps=3 seed=0 float32 cpu"}
+                      "task": "mlp", "optimizer": "adam", "lr": "0.001", "seed": "1",
+                      "task.width": "32"}  # an override beyond task, optimizer, lr, seed, ops
     assert start.group_name == trial  # HParams' Trial ID: the sweep's time and the job
     assert [p for p in tmp_path.iterdir() if p.is_dir()] == []
-    assert METRICS == ("loss/train", "loss/val", "time/step_ms_median", "memory/saved_bytes")
+    assert METRICS == ("loss/train", "time/step_ms_median", "memory/saved_bytes")
 
 
 def test_custom_scalars_keep_train_and_val_apart_and_name_the_difference_chart(tmp_path):
@@ -88,6 +107,8 @@ def test_custom_scalars_keep_train_and_val_apart_and_name_the_difference_chart(t
     assert len(train) == len(val) == 1 and train != val
     (diff,) = [t for t, tags in charts.items() if tags == [f"^{DIFF_TAG}$"]]
     assert "0 = identical" in diff and "no line" in diff
+    # First what answers at a glance: the loss's decades, then mine − reference.
+    assert list(charts.values())[:2] == [[f"^{LOG10_TAG}$"], [f"^{DIFF_TAG}$"]]
     assert charts["time/step_ms_median"] == ["^time/step_ms_median$"]
 
 
