@@ -74,6 +74,8 @@ class Config:
     log: Log = field(default_factory=Log)
     ckpt: Ckpt = field(default_factory=Ckpt)
     stop: Stop = field(default_factory=Stop)
+    op_limit_s: float = 30.0  # a user's op's call in its pre-check may take this long
+    op_first_limit_s: float = 300.0  # and its first call (which may compile) this long
     on_nonfinite: str = "stop"  # stop: checkpoint, one line, exit 1; raise: also a traceback
     resume: str | None = None  # a run dir to continue from its checkpoint.pt, in that dir
 
@@ -90,8 +92,8 @@ def check(cfg: Any, pair: str) -> None:
         if cfg[key] not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {cfg[key]!r}")
     least = {"steps": 1, "threads": 0, "log.every": 1, "ckpt.every": 0, "stop.patience": 0,
-             "stop.rtol": 0, **{f"log.{k}_every": 0 for k in ("hist", "figure", "val", "console",
-                                                               "memory")}}
+             "stop.rtol": 0, "op_limit_s": 1e-3, "op_first_limit_s": 1e-3,
+             **{f"log.{k}_every": 0 for k in ("hist", "figure", "val", "console", "memory")}}
     for key, low in least.items():
         if (value := OmegaConf.select(cfg, key)) is not None and not value >= low:
             raise ConfigError(f"{key} must be >= {low}, got {value}")

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
 from fitting.loop import NonFinite, SecondSignal, Signals, State, Stopped, Training, evaluate, train
-from fitting.opcheck.boundary import OpRefused, resolve
+from fitting.opcheck.boundary import OpRefused, limits, resolve
 from fitting.opcheck.precheck import precheck
 from fitting.resume import resume_command, resume_config
 from fitting.rundir import WRITE_FAULT, RunDir, fault
@@ -60,7 +60,7 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                                   if cfg.device == "auto" else str(cfg.device))
             dtype = getattr(torch, str(cfg.dtype))
             _torch_settings(cfg, stack)
-            ops = _prepare_ops(cfg, kind.slots, device, dtype)
+            ops, notes = _prepare_ops(cfg, kind.slots, device, dtype)
             with _as_config_error():
                 torch.manual_seed(cfg.seed)  # the model's initialization; data have their own
                 task = instantiate(cfg.task, ops=ops, device=device, dtype=dtype, seed=cfg.seed,
@@ -77,6 +77,8 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
             log.info("run dir: %s", out)  # first, as soon as it is the run's
             log.info("task=%s %s %s", info["task"], " ".join(
                 f"ops.{s}={t}" for s, t in info["ops"].items()), info["run"].split(" ", 1)[1])
+            for note in notes:
+                log.warning("%s", note)
             if not rundir.new:
                 log.info("resuming %s after step %d of %d (%s)", out, state.step, cfg.steps,
                          "resume=" if cfg.resume else "its own config: a restarted or requeued job")
@@ -89,21 +91,24 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
 
 
 def _prepare_ops(cfg: DictConfig, slots: tuple[str, ...], device: torch.device,
-                 dtype: torch.dtype) -> dict[str, Any]:
+                 dtype: torch.dtype) -> tuple[dict[str, Any], list[str]]:
     """The function ops.<slot> names for each slot the task's model calls, resolved once, a
-    user's op pre-checked for the uses this run makes of it; ConfigError if one is refused."""
-    ops, needs = {}, uses(_name(cfg.optimizer), cfg.compile)
+    user's op pre-checked for the uses this run makes of it; ConfigError if one is refused;
+    and the note lines of the ops that differ from their contracts."""
+    ops, needs, notes = {}, uses(_name(cfg.optimizer), cfg.compile), []
     for slot in slots:
         choice = _choice(cfg, slot)
         key = f"ops.{slot}={describe(choice)}"
         try:  # its one line whole: a pre-check's ends with the card's command
             ops[slot] = resolve(slot, choice, key)
             if choice not in ("custom", "builtin"):
-                precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice, key=key,
-                         uses=needs)
+                with limits(cfg.op_limit_s, cfg.op_first_limit_s):
+                    note = precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,
+                                    key=key, uses=needs)
+                notes += [note] * bool(note)  # a first-order difference: the run answers it
         except OpRefused as err:
             raise ConfigError(str(err)) from None
-    return ops
+    return ops, notes
 
 
 def _choice(cfg: DictConfig, slot: str) -> str | dict:

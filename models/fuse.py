@@ -42,8 +42,8 @@ def fuse_conv_bn(model: nn.Module, op: Op = fused_conv_bn2d) -> nn.Module:
         return model
     for conv_name, bn_name in _pairs(model, graph):
         conv, bn = model.get_submodule(conv_name), model.get_submodule(bn_name)
-        _replace(model, conv_name, FusedConvBN2d.from_pair(conv, bn, op=op))
-        _replace(model, bn_name, nn.Identity())
+        model.set_submodule(conv_name, FusedConvBN2d.from_pair(conv, bn, op=op))
+        model.set_submodule(bn_name, nn.Identity())
     return model
 
 
@@ -65,8 +65,3 @@ def _pairs(model: nn.Module, graph: fx.Graph) -> list[tuple[str, str]]:
             pairs.append((conv_node.target, bn_node.target))
     return pairs
 
-
-def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
-    """Set the submodule `name` (dotted) of model to `module`."""
-    parent, _, attr = name.rpartition(".")
-    setattr(model.get_submodule(parent), attr, module)

@@ -19,6 +19,7 @@ from fitting.slots import SLOTS, describe
 from models.ops import unwrap
 
 LIMIT_S = 30.0  # per call: generous for a real op on tiny inputs on a busy 2-core box
+FIRST_LIMIT_S = 300.0  # an op's first call, which may compile (torch.compile, a JIT, a C++ build)
 
 
 class CannotRun(Exception):
@@ -34,20 +35,36 @@ def _expire(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def guarded() -> Iterator[None]:
+def limits(per_call: float, first: float) -> Iterator[None]:
+    """The time limits inside (the card's --limit/--first-limit, the app's op_limit_s...)."""
+    global LIMIT_S, FIRST_LIMIT_S
+    before, (LIMIT_S, FIRST_LIMIT_S) = (LIMIT_S, FIRST_LIMIT_S), (per_call, first)
+    try:
+        yield
+    finally:
+        LIMIT_S, FIRST_LIMIT_S = before
+
+
+@contextmanager
+def guarded(first: bool = False) -> Iterator[None]:
     """User code inside: a time limit (SIGALRM, main thread; an outer timer, e.g. pytest-timeout's,
-    is put back with its time left), and sys.exit, KeyboardInterrupt, a hang or an exhausted
-    memory as CannotRun."""
-    main = threading.current_thread() is threading.main_thread()
+    is put back with its time left; `first`: an op's first call's), and sys.exit,
+    KeyboardInterrupt, a hang or an exhausted memory as CannotRun."""
+    main, limit = threading.current_thread() is threading.main_thread(), \
+        FIRST_LIMIT_S if first else LIMIT_S
     if main:
         previous = signal.signal(signal.SIGALRM, _expire)
-        outer, interval = signal.setitimer(signal.ITIMER_REAL, LIMIT_S)
+        outer, interval = signal.setitimer(signal.ITIMER_REAL, limit)
         start = time.monotonic()
     try:
         yield
     except _Expired:
-        raise CannotRun(f"it did not return within {LIMIT_S:g} s (the limit per call): "
-                        "an endless loop or a wait?") from None
+        if first:
+            raise CannotRun(f"its first call did not return within {limit:g} s (the limit of a "
+                            "first call, which may compile: --first-limit, op_first_limit_s)"
+                            ) from None
+        raise CannotRun(f"it did not return within {limit:g} s (the limit per call, after the "
+                        "first: --limit, op_limit_s): an endless loop or a wait?") from None
     except SystemExit as err:
         raise CannotRun(f"it called sys.exit({err.code!r}); an op returns or raises") from None
     except KeyboardInterrupt:

@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 
 from fitting import slots
-from fitting.opcheck import verdict
+from fitting.opcheck import boundary, verdict
 from fitting.opcheck.boundary import CannotRun, OpRefused, line, param_names, resolve
 from fitting.opcheck.cost import cost
+from fitting.opcheck.precheck import decide
 from fitting.opcheck.trains import trains
-from fitting.opcheck.uses import NAMES, judge, library_opcheck, slot_case
+from fitting.opcheck.uses import NAMES, judge, library_opcheck, row, slot_case
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
@@ -44,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
     p.add_argument("--backend", default="aot_eager", help="torch.compile backend")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--limit", type=float, default=boundary.LIMIT_S, help="seconds a call may take")
+    p.add_argument("--first-limit", type=float, default=boundary.FIRST_LIMIT_S,
+                   help="seconds the op's first call may take (it may compile)")
     p.add_argument("--out", type=Path, help="also write the card to OUT/opcheck.md")
     return p
 
@@ -124,27 +128,29 @@ def card(case: verdict.Case, args) -> dict[str, list[verdict.Finding]]:
     uses = ("training", "second_order", "forward_ad", *(() if args.no_compile else ("compiles",)))
     found = {NAMES[u]: f for u, f in judge(case, uses, args.backend).items()}
     found.setdefault("compiles", [("n/a", "not tried (--no-compile)")])
-    found["torch.library"] = [library_opcheck(case.fn, case.samples[0])]
+    found["torch.library"] = row(library_opcheck, case.fn, case.samples[0])
     slot = args.train_in or (args.slot if args.slot != "any" else None)
     where = DTYPES[args.dtype], torch.device(args.device)
     big = slots.SLOTS[args.slot].samples(*where, big=True)[0] if args.slot != "any" \
         else case.samples[0]
     ref = case.ref if case.ref is not case.fn else slots.SLOTS[slot].twin if slot else case.ref
-    found["cost"] = [cost(case.fn, ref, big, case.names, "the reference" if ref is case.ref
-                          else "the twin", 0.1 if args.quick else 0.3)]
-    found["trains the same"] = [
-        ("n/a", "no slot to train it in (--train-in SLOT names one)") if not slot else
-        ("n/a", "no reference: give --ref") if case.ref is case.fn else
-        trains(slot, case.fn, case.ref, *where, args.quick)]
+    found["cost"] = row(cost, case.fn, ref, big, case.names, "the reference" if ref is case.ref
+                        else "the twin", 0.1 if args.quick else 0.3)
+    found["trains the same"] = [("n/a", "no slot to train it in (--train-in SLOT names one)")
+                                ] if not slot else [("n/a", "no reference: give --ref")] \
+        if case.ref is case.fn else row(trains, slot, case.fn, case.ref, *where, args.quick)
     return _approximate(found, case.samples[0][0])
 
 
 def _approximate(found: dict[str, list[verdict.Finding]], first: str) -> dict:
-    """An op off beyond the tolerance on the inputs the model trains on (the first sample), that
-    trains the same, is approximate: those value differences are notes. A difference elsewhere
-    only (an edge value, which training never meets) stays wrong: a wrong value."""
+    """An op whose values are off beyond the tolerance on the inputs the model trains on (the
+    first sample), whose gradient is its forward's derivative (gradcheck), and that trains the
+    same, is approximate: those value differences are notes. A gradient that differs where the
+    values agree, or a difference elsewhere only (an edge value), stays wrong."""
     off = [t for s, t in found["training"] if s == "wrong" and verdict.OFF in t]
-    if found["trains the same"][0][0] == "pass" and any(t.startswith(f"{first}:") for t in off):
+    own = not any(s == "wrong" and t.startswith("gradcheck") for s, t in found["training"])
+    if found["trains the same"][0][0] == "pass" and own and \
+            any(t.startswith(f"{first}: forward at") for t in off):
         found["training"] = [("note", f"approximate, and it trains the same: {t}") if t in off
                              else (s, t) for s, t in found["training"]]
     return found
@@ -154,16 +160,18 @@ def render(title: str, found: dict[str, list[verdict.Finding]], strict: bool) ->
     """The card as printed, and its exit status."""
     out, worst = [title], {}
     for use, findings in found.items():
-        worst[use] = max((s for s, _ in findings), key=verdict.RANK.index)
+        worst[use] = decide(use, findings)[0]
         calm = worst[use] in ("pass", "note", "same as the reference")
         main = [t for s, t in findings if s == "pass"] if calm else []
         main = main or [next(t for s, t in findings if s == worst[use])]
         out.append(f"{use:<16} {worst[use]:<22} {'; '.join(main)}")
         out += [f"  {s}: {t}" for s, t in findings if t not in main]
     wrong = [u for u, s in worst.items() if s == "wrong"]
+    stuck = [u for u, s in worst.items() if s == "cannot run"]
     notes = sum(s == "note" for f in found.values() for s, _ in f)
-    code = 1 if wrong or (strict and notes) else 0
-    said = f"wrong for {', '.join(wrong)}" if wrong else "nothing wrong"
+    code = 2 if stuck else 1 if wrong or (strict and notes) else 0
+    said = "; ".join([f"cannot run for {', '.join(stuck)}"] * bool(stuck) + [
+        f"wrong for {', '.join(wrong)}" if wrong else "nothing wrong"] * bool(wrong or not stuck))
     note = f"{notes} note{'s' * (notes != 1)}" + ("" if strict else " (--strict fails on notes)")
     out.append(f"exit {code}: {said}" + (f"; {note}" if notes else ""))
     return "\n".join(out), code
@@ -173,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the card from the command line; print it; the exit status."""
     args = _parser().parse_args(argv)
     try:
-        key, title, case = _setup(args)
-        found = card(case, args)
+        with boundary.limits(args.limit, args.first_limit):
+            key, title, case = _setup(args)
+            found = card(case, args)
     except OpRefused as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -11,7 +11,8 @@ import torch
 from fitting.opcheck.boundary import CannotRun, form, guarded, line
 from fitting.slots import Sample
 
-RANK = ("n/a", "measured", "pass", "same as the reference", "note", "unsupported", "wrong")
+RANK = ("n/a", "measured", "pass", "same as the reference", "note", "unsupported", "wrong",
+        "cannot run")
 OFF = "beyond rtol"  # in the text of every value difference: what an approximate op differs by
 TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-7, 1e-7), torch.float16: (1e-3, 1e-3),
        torch.bfloat16: (1.6e-2, 1e-2)}  # rtol, atol: room for a different but right formula
@@ -92,15 +93,16 @@ def incoming(t: torch.Tensor, k: int) -> torch.Tensor:
                        dtype=torch.float64).to(t.device, t.dtype)
 
 
-def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> OpCall:
+def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None, first: bool = False
+           ) -> OpCall:
     """One guarded call and backward on fresh copies, what trains called as a non-leaf (as a
-    model calls an op on activations)."""
+    model calls an op on activations); `first`: the op's first call, with its own time limit."""
     run, given = OpCall(), {}
 
     def fresh(path, t):
         c = t.detach().to(dtype if dtype and t.is_floating_point() else t.dtype, copy=True)
         if not t.requires_grad:
-            run.rest[path] = c
+            given[path] = (c, None, None)
             return c
         run.leaves[path] = (c + (shift or {}).get(path, 0)).requires_grad_()
         x = run.leaves[path].clone()
@@ -108,24 +110,31 @@ def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> OpCall
         return x
 
     try:
-        with guarded():
+        with guarded(first):
             run.raw = call(fn, parts, fresh)
     except Exception as err:
         run.error = ("calling it", err)
         return run
     run.outs = floats(run.raw)
-    run.changed = [p for p, (x, before, node) in given.items() if x.grad_fn is node
-                   and not torch.allclose(x.detach(), before, 0, 0, equal_nan=True)]  # NaN = NaN
+    run.changed = [(p, "forward") for p, (x, before, node) in given.items() if node and
+                   x.grad_fn is node and not _same(x, before)]
+    run.rest = {p: x.detach().clone() for p, (x, _, node) in given.items() if not node}
+    after = {p: x.detach().clone() for p, (x, _, _) in given.items()}
     pairs = [(o, incoming(o, k)) for k, o in enumerate(run.outs) if o.requires_grad]
     try:
-        with guarded():
+        with guarded(first):
             grads = torch.autograd.grad([o for o, _ in pairs], list(run.leaves.values()),
                                         [v for _, v in pairs], allow_unused=True) if pairs else ()
     except Exception as err:
         run.error = ("its backward", err)
         return run
+    run.changed += [(p, "backward") for p, (x, _, _) in given.items() if not _same(x, after[p])]
     run.grads = dict(zip(run.leaves, [*grads, *[None] * len(run.leaves)], strict=False))
     return run
+
+
+def _same(x: torch.Tensor, before: torch.Tensor) -> bool:
+    return torch.allclose(x.detach(), before, 0, 0, equal_nan=True)  # NaN = NaN
 
 
 def differ(got: torch.Tensor, want: torch.Tensor, tol) -> list[int]:
@@ -189,7 +198,10 @@ def _gradient(ref, parts, path: str, leaf, got, want, tol, scale) -> list[Findin
 def compare_runs(ref, parts, got: OpCall, want: OpCall, tol) -> list[Finding]:
     """What differs between two runs (got: the op's, want: the reference's)."""
     found = [("wrong", f"it changes {p} in place without ctx.mark_dirty: autograd does not "
-                       f"know, so what used {p} before gets wrong gradients") for p in got.changed]
+                       f"know, so what used {p} before gets wrong gradients") if when == "forward"
+             else ("wrong", f"it changes {p} in place in its backward, behind autograd's back: "
+                            f"every later use of {p} gets the changed values")
+             for p, when in got.changed]
     if [(o.shape, o.dtype) for o in got.outs] != [(o.shape, o.dtype) for o in want.outs]:
         return [*found, ("wrong", f"returns {form(got.raw)}, the reference {form(want.raw)}")]
     x = next(iter(got.leaves.items()), None)
@@ -201,18 +213,17 @@ def compare_runs(ref, parts, got: OpCall, want: OpCall, tol) -> list[Finding]:
     for path, t in got.rest.items():
         if bad := differ(t, want.rest[path], tol):
             found.append(("wrong", f"{path} after the call: {how(t, want.rest[path], bad, tol)}"))
+    if any(o.requires_grad for o in want.outs) and not any(o.requires_grad for o in got.outs):
+        return [*found, ("wrong", "its output does not require grad, so nothing before it trains")]
+    found += [("wrong", f"no gradient for {p}, so {p} would never train (a detached copy?)")
+              for p in got.leaves if got.grads[p] is None and want.grads[p] is not None]
     if found:
         return found
-    if any(o.requires_grad for o in want.outs) and not any(o.requires_grad for o in got.outs):
-        return [("wrong", "its output does not require grad, so nothing before it trains")]
     for path, leaf in got.leaves.items():
         one = len(got.outs) == 1 and got.outs[0].shape == leaf.shape  # elementwise: d out / d x
         scale = incoming(got.outs[0], 0).double().reshape(-1) if one else None
-        mine, theirs = got.grads[path], want.grads[path]
-        if mine is None and theirs is not None:
-            found.append(("wrong", f"no gradient for {path}, so {path} would never train"))
-        elif theirs is not None:
-            found += _gradient(ref, parts, path, leaf, mine, theirs, tol, scale)
+        if (theirs := want.grads[path]) is not None:
+            found += _gradient(ref, parts, path, leaf, got.grads[path], theirs, tol, scale)
     return found
 
 
@@ -221,7 +232,7 @@ def _sample(case: Case, n: int, sample: Sample) -> list[Finding]:
     label, parts = sample[0], parts_of(sample, case.names)
     must = sample[3] and all(t.isfinite().all() for _, t in tensors(sample[1:3], "")
                              if t.is_floating_point())
-    want, got = run_op(case.ref, parts), run_op(case.fn, parts)
+    want, got = run_op(case.ref, parts, first=n == 0), run_op(case.fn, parts, first=n == 0)
     if got.error and (must or isinstance(got.error[1], CannotRun)):
         raise CannotRun(f"{got.error[0]} on {label}: {line(got.error[1])}")
     if want.error:
@@ -232,14 +243,18 @@ def _sample(case: Case, n: int, sample: Sample) -> list[Finding]:
                  f"{label}: {want.error[0]} the reference raised {line(want.error[1])}")]
     if got.error:
         return [("note", f"{label}: {got.error[0]} raised {line(got.error[1])}")]
-    like = want.raw if case.like is case.ref else run_op(case.like, parts).raw
+    like, tol = want.raw if case.like is case.ref else run_op(case.like, parts).raw, case.tol
+    if case.contract == "the reference" and form(got.raw) != form(like) == form(got.raw).replace(
+            "float32", "float64"):  # no model calls it (any): judged at its own precision
+        want, got = (run_op(f, parts, torch.float32) for f in (case.ref, case.fn))
+        like, tol = want.raw, TOL[torch.float32]  # (the training row notes it)
     if form(got.raw) != form(like):
         text = f"it returns {form(got.raw)} on {label}; {case.contract} returns {form(like)}"
         if must:
             raise CannotRun(text)
         return [("note", text)]
     return [(s if must else "note", f"{label}: {text}")
-            for s, text in compare_runs(case.ref, parts, got, want, case.tol)]
+            for s, text in compare_runs(case.ref, parts, got, want, tol)]
 
 
 def judge_training(case: Case) -> list[Finding]:

@@ -52,5 +52,34 @@ def jacobian(residuals: Callable[[dict[str, Tensor] | None], Tensor],
                     leaves)
         columns = [torch.autograd.grad(gj, v, retain_graph=True, allow_unused=True)[0]
                    if gj.requires_grad else None for gj in g]
-    return torch.stack([torch.zeros_like(out) if c is None else c for c in columns],
-                       dim=1).detach()
+    return torch.stack([torch.zeros_like(out) if c is None else c for c in columns], dim=1).detach()
+
+
+def jacobian_by_backward(residuals: Callable[[dict[str, Tensor]], Tensor],
+                         params: dict[str, Tensor]) -> Tensor:
+    """The (N, P) Jacobian of `residuals(params)` by reverse mode, one backward per row, each
+    through a fresh forward (an op's backward may run once per forward)."""
+    rows = []
+    for i in range(residuals(params).numel()):
+        leaves = {name: p.detach().clone().requires_grad_() for name, p in params.items()}
+        out = residuals(leaves).reshape(-1)[i]
+        rows.append(flatten(torch.autograd.grad(out, list(leaves.values()), allow_unused=True)
+                            if out.requires_grad else [None] * len(leaves), list(leaves.values())))
+    return torch.stack(rows)
+
+
+class FreshForward(torch.autograd.Function):
+    """f's outputs, each backward through a fresh forward of f: gradcheck of an op whose backward
+    runs once per forward (as activation checkpointing frees its saved inputs)."""
+
+    @staticmethod
+    def forward(ctx, f, *values):
+        ctx.f = f
+        ctx.save_for_backward(*values)
+        return tuple(o.detach() for o in f(*values))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        values = [v.detach().requires_grad_() for v in ctx.saved_tensors]
+        with torch.enable_grad():
+            return None, *torch.autograd.grad(ctx.f(*values), values, grads, allow_unused=True)

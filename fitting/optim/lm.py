@@ -51,8 +51,7 @@ class LM(Damped):
                 f"optimizer=lm needs a {r.numel()}×{theta.numel()} Jacobian, more entries than "
                 f"optimizer.max_jacobian_numel={group['max_jacobian_numel']}; use fewer data "
                 "points, optimizer=lbfgs, or raise max_jacobian_numel if it fits in memory")
-        jac = jacobian(closure.residuals, dict(zip(group["param_names"], self.params,
-                                                    strict=True)))
+        jac = jacobian(closure.residuals, dict(zip(group["param_names"], self.params, strict=True)))
         jtj, jtr, phi = jac.T @ jac, jac.T @ r, r.square().sum()
         diag = marquardt_scale(jtj.diag())
         if group["scaling"] == "levenberg":

@@ -1,18 +1,15 @@
 """The fused conv-BN's backward in pieces that keep its peak memory low at large batches.
 
-Its one backward holds the incoming grad_out for its whole run, so what aten's own kernels
-allocate on top of it is what sets the op's peak:
-- the conv's recompute: oneDNN may reorder the input into channel blocks first (16 channels on
-  AVX-512 CPUs, so 16x the bytes of a 1-channel input); `conv_in_slices` runs it over batch
-  slices.
-- batch norm's backward: aten's CPU kernel allocates grad_y and a temporary of the input's size
-  next to the recomputed conv output; `batch_norm_backward_into` turns that output into grad_y
-  in place, taking its per-channel sums a batch slice at a time.
-- the conv's backward: oneDNN copies grad_y into its own layouts, a workspace that grows with
-  the batch; `conv_backward_in_slices` runs it over batch slices.
+The backward holds grad_out throughout, so what aten's kernels allocate on top sets the peak:
+- the conv's recompute: oneDNN may reorder the input into channel blocks (16 channels on
+  AVX-512, 16x a 1-channel input's bytes); `conv_in_slices` runs it over batch slices.
+- batch norm's backward: aten allocates grad_y and an input-sized temporary beside the conv
+  output; `batch_norm_backward_into` turns that output into grad_y in place, slice by slice.
+- the conv's backward: oneDNN copies grad_y into a workspace that grows with the batch;
+  `conv_backward_in_slices` runs it over batch slices.
 An activation of at most ONE_CALL_BYTES runs through aten's kernels in one call each, as the
-built-in pair does (its gradients exactly, and there faster with a heap allocator); a larger one
-in slices of at most SLICE_BYTES (below the default allocator's mmap threshold).
+pair does (its gradients exactly, and faster with a heap allocator); a larger one in slices of
+at most SLICE_BYTES (below the default allocator's mmap threshold).
 """
 
 import math
@@ -37,9 +34,10 @@ def _slices(n: int, sample_bytes: int) -> list[slice]:
     return [slice(start, start + rows) for start in range(0, n, rows)]
 
 
-def conv_in_slices(x: torch.Tensor, weight: torch.Tensor, conv: tuple) -> torch.Tensor:
+def conv_in_slices(x: torch.Tensor, weight: torch.Tensor, conv: tuple, sliced: bool = True
+                   ) -> torch.Tensor:
     """torch.convolution(x, weight, None, *conv) (not transposed), over batch slices of the
-    output as batch_slices cuts it: one call for an output of at most ONE_CALL_BYTES."""
+    output as batch_slices cuts it (in one call unless `sliced`)."""
     stride, padding, dilation = conv[:3]
     spatial = [
         (size + 2 * p - d * (k - 1) - 1) // s + 1
@@ -48,7 +46,7 @@ def conv_in_slices(x: torch.Tensor, weight: torch.Tensor, conv: tuple) -> torch.
     ]
     sample_bytes = weight.shape[0] * math.prod(spatial) * x.element_size()
     parts = _slices(x.shape[0], sample_bytes)
-    if len(parts) == 1:
+    if len(parts) == 1 or not sliced:
         return torch.convolution(x, weight, None, *conv)
     y = None
     for part in parts:
@@ -71,11 +69,8 @@ def batch_norm_backward_into(y: torch.Tensor, grad_out: torch.Tensor,
                              bn_weight: torch.Tensor | None, mean: torch.Tensor,
                              invstd: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Training-mode batch norm's backward: overwrite `y` (the conv output BN normalized with
-    `mean` and `invstd`) with grad_y; return (grad_y, grad_bn_weight, grad_bn_bias).
-
-    Only for float32/float64 outside double backward: overwriting `y` is not differentiable,
-    and it computes in `y`'s dtype where aten's kernel computes half precisions in float.
-    """
+    `mean` and `invstd`) with grad_y; return (grad_y, grad_bn_weight, grad_bn_bias). Not
+    differentiable; float32/float64 only (it computes in `y`'s dtype, aten halves in float)."""
     shape = (1, -1, 1, 1)
     per_count = 1.0 / (y.numel() // y.shape[1])  # 1 / elements per channel
     grad_bias = torch.zeros_like(mean)

@@ -17,14 +17,11 @@ from .conv_bn_backward import (
 class FusedConvBN2dFunction(torch.autograd.Function):
     """Training-mode conv → batch norm that recomputes the conv in backward instead of saving it.
 
-    Saves x, the conv weight, the BN weight and the per-channel batch mean and 1/std; the
-    reference pair also keeps the whole conv output. Forward runs the aten kernels the pair runs
-    (convolution, native_batch_norm), so outputs and running-stat updates match it bit for bit
-    on CPU, and so do gradients while the conv output is at most ONE_CALL_BYTES
-    (conv_bn_backward.py); beyond that, backward works over batch slices to keep the peak low,
-    and matches to rounding. The backward is itself differentiable (then through aten's
-    kernels). `conv` is torch.convolution's trailing arguments (stride, padding, dilation,
-    False, (0, 0), groups). Forward updates running_mean/running_var in place, as F.batch_norm.
+    Saves x, the weights and the per-channel batch mean and 1/std, not the conv output the pair
+    keeps. It runs the pair's aten kernels, so it matches the pair bit for bit on CPU (gradients
+    too, up to ONE_CALL_BYTES of conv output; beyond, a sliced backward matches to rounding).
+    Its backward is differentiable. `conv` is torch.convolution's trailing arguments (stride,
+    padding, dilation, False, (0, 0), groups); running stats are updated in place.
     """
 
     @staticmethod
@@ -55,10 +52,7 @@ class FusedConvBN2dFunction(torch.autograd.Function):
         # compiler plans the memory (traced, they cost 3x the time and 1.6x the peak).
         sliced = (not torch.is_grad_enabled() and x.dtype in (torch.float32, torch.float64)
                   and not torch.compiler.is_compiling())
-        if sliced:
-            y = conv_in_slices(x, weight, ctx.conv)
-        else:
-            y = torch.convolution(x, weight, None, *ctx.conv)
+        y = conv_in_slices(x, weight, ctx.conv, sliced)
         grad_out = _strided_as(grad_out, y.stride())
         if not sliced or len(batch_slices(y)) == 1:
             mask = [need_x or need_w, need_g, need_b]

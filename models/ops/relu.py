@@ -31,10 +31,8 @@ class ReLUFn(torch.autograd.Function):
         # grads), and itself differentiable in grad for double backward.
         return torch.ops.aten.threshold_backward(grad, out, 0)
 
-    @staticmethod
-    def jvp(ctx, x_tangent: torch.Tensor) -> torch.Tensor:
-        (out,) = ctx.saved_tensors
-        return torch.ops.aten.threshold_backward(x_tangent, out, 0)
+    # The derivative is a mask (a diagonal Jacobian): tangents pass where gradients pass.
+    jvp = backward
 
 
 class ReLUMaskedFn(ReLUFn):
@@ -51,9 +49,7 @@ class ReLUMaskedFn(ReLUFn):
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         return _masked(grad, ctx.saved_tensors[0])
 
-    @staticmethod
-    def jvp(ctx, x_tangent: torch.Tensor) -> torch.Tensor:
-        return _masked(x_tangent, ctx.saved_tensors[0])
+    jvp = backward
 
 
 def _masked(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -235,8 +235,8 @@ class ExitsInBackward(torch.autograd.Function):
 
 def relu_off(x):
     """0.5 % off. Against torch.relu with no task to train (`any`), only the float32 tolerance
-    (rtol 1e-5) sees it: wrong. In the activation slot without --ref it computes no relu, so it
-    is its own reference; with --ref builtin the mlp trains the same: approximate, a note."""
+    (rtol 1e-5) sees it: wrong. In the activation slot it approximates relu, its twin: the mlp
+    trains the same, so approximate, a note."""
     return torch.relu(x) * 1.005
 
 

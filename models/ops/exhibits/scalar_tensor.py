@@ -47,7 +47,6 @@ def mean(input: ScalarTensor) -> torch.Tensor:
 @implements(torch.add)
 def add(input: ScalarTensor, other: ScalarTensor) -> ScalarTensor | torch.Tensor:
     """Two ScalarTensors of one size add as numbers; anything else densifies."""
-    if isinstance(input, ScalarTensor) and isinstance(other, ScalarTensor):
-        if input._N == other._N:
-            return ScalarTensor(input._N, input._value + other._value)
+    if isinstance(input, ScalarTensor) and isinstance(other, ScalarTensor) and input._N == other._N:
+        return ScalarTensor(input._N, input._value + other._value)
     return torch.add(*(a.tensor() if isinstance(a, ScalarTensor) else a for a in (input, other)))
