@@ -104,8 +104,8 @@ def _transformer_samples(slot: str) -> Callable:
     """Samples of a forecast op: tiny, or (big) at the task's sizes."""
     def samples(dtype, device, big: bool = False) -> list[Sample]:
         sizes = {} if big else {"batch": 2, "tokens": 5, "width": 8, "heads": 2, "vocab": 10}
-        return [("as the forecast task calls it" + " (smaller)" * (not big),
-                 transformer_inputs(slot, dtype, device, **sizes), {}, True)]
+        label = "32 x 64 tokens, as the forecast task calls it" if big else "2 x 5 tokens"
+        return [(label, transformer_inputs(slot, dtype, device, **sizes), {}, True)]
     return samples
 
 
