@@ -74,15 +74,19 @@ class Closure:
         """prediction − target on the batch, with graph; `params` replace the model's own."""
         model = self.forward if params is None else partial(functional_call, self.task.model,
                                                               params)
+        return self.evaluate(self.task.residuals, model, self.reduce)
+
+    def evaluate(self, fn: Callable, model: Callable, reduce: Callable) -> Tensor:
+        """fn(model, batch), with graph; the first evaluation records the loss, reduce(it)."""
         first, self.evals = self.evals == 0, self.evals + 1
         with saved_tensor_bytes() if first and self.count else nullcontext() as saved:
-            r = self.task.residuals(model, self.batch)
+            out = fn(model, self.batch)
         if first:
             self.saved_bytes = 0 if saved is None else saved.bytes
-            self.loss = self.reduce(r.detach())
+            self.loss = reduce(out.detach())
             if self.check and not torch.isfinite(self.loss):  # a sync: logged steps only
                 raise NonFinite(f"loss ({self.loss.item()})")
-        return r
+        return out
 
     def reduce(self, r: Tensor) -> Tensor:
         """The squared error of residuals `r`, summed or averaged as the task says."""
@@ -92,7 +96,10 @@ class Closure:
         """zero_grad, forward, loss, backward; the loss."""
         first = self.evals == 0
         self.optimizer.zero_grad()
-        loss = self.reduce(self.residuals())
+        if self.task.residuals is None:  # a task with its own loss (forecast's cross-entropy)
+            loss = self.evaluate(self.task.loss, self.forward, lambda loss: loss)
+        else:
+            loss = self.reduce(self.residuals())
         loss.backward()
         if first and self.check:
             self.grad_norm = torch.nn.utils.get_total_norm(

@@ -52,6 +52,11 @@ def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None
                 kind = get_class(cfg.task._target_)  # the task's class: its name and slots
             opt = hydra and hydra.runtime.choices.get("optimizer") or _name(cfg.optimizer)
             check(cfg, f"{kind.name}_{opt}")  # conf/task_optimizer/<task>_<optimizer>.yaml
+            with _as_config_error():
+                if kind.residuals is None and hasattr(get_class(cfg.optimizer._target_),
+                                                      "residuals_at"):
+                    raise ConfigError(f"optimizer={opt} fits residuals, and task={kind.name}'s "
+                                      "loss is a cross-entropy: use adam, sgd, gd or lbfgs")
             device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                                   if cfg.device == "auto" else str(cfg.device))
             dtype = getattr(torch, str(cfg.dtype))

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 import models.ops
-from models.layers import Activation, FusedConvBN2d, Linear
+from models.forecast import Attention, Block, Forecaster
+from models.layers import Activation, FusedConvBN2d, Linear, RMSNorm
 from models.poly3 import Poly3
 
 # label, args, kwargs, must (else a difference there is a note: inputs no model passes)
@@ -84,6 +85,30 @@ def _conv_bn_samples(dtype, device, big: bool = False) -> list[Sample]:
             for mode, s in stats.items()]
 
 
+def transformer_inputs(slot: str, dtype, device, batch: int = 32, tokens: int = 64,
+                       width: int = 64, heads: int = 4, vocab: int = 4096) -> tuple:
+    """A forecast op's arguments at these sizes (by default the task's), seeded; those that
+    train require grad."""
+    t, head = _random(dtype, device), width // heads
+    target = torch.randint(vocab, (batch * tokens,), generator=torch.Generator().manual_seed(0))
+    return {"norm": lambda: (t(batch, tokens, width), t(width, scale=0.2, shift=1), 1e-6),
+            "glu": lambda: (t(batch, tokens, 4 * width), t(batch, tokens, 4 * width)),
+            "rope": lambda: (t(batch, heads, tokens, head), *(
+                c.to(device, dtype) for c in models.ops.rope_tables(tokens, head))),
+            "attention": lambda: tuple(t(batch, heads, tokens, head) for _ in range(3)),
+            "cross_entropy": lambda: (t(batch * tokens, width), t(vocab, width),
+                                      target.to(device))}[slot]()
+
+
+def _transformer_samples(slot: str) -> Callable:
+    """Samples of a forecast op: tiny, or (big) at the task's sizes."""
+    def samples(dtype, device, big: bool = False) -> list[Sample]:
+        sizes = {} if big else {"batch": 2, "tokens": 5, "width": 8, "heads": 2, "vocab": 10}
+        label = "32 x 64 tokens, as the forecast task calls it" if big else "2 x 5 tokens"
+        return [(label, transformer_inputs(slot, dtype, device, **sizes), {}, True)]
+    return samples
+
+
 SLOTS: dict[str, Slot] = {
     "linear": Slot(models.ops.linear, F.linear, Linear, _linear_samples),
     "activation": Slot(models.ops.relu, torch.relu, Activation, _elementwise(
@@ -94,6 +119,17 @@ SLOTS: dict[str, Slot] = {
     "legendre_p3": Slot(models.ops.legendre_p3, models.ops.legendre_p3_reference, Poly3,
                         _elementwise({"x, as poly3 calls it": (16,)},
                                      {"x (2000,), as poly3 calls it": (2000,)})),
+    "norm": Slot(models.ops.rms_norm, models.ops.rms_norm_reference, RMSNorm,
+                 _transformer_samples("norm")),
+    "glu": Slot(models.ops.swiglu, models.ops.swiglu_reference, Block,
+                _transformer_samples("glu")),
+    "rope": Slot(models.ops.rope, models.ops.rope_reference, Attention,
+                 _transformer_samples("rope")),
+    "attention": Slot(models.ops.attention, models.ops.attention_reference, Attention,
+                      _transformer_samples("attention")),
+    "cross_entropy": Slot(models.ops.linear_cross_entropy,
+                          models.ops.linear_cross_entropy_reference, Forecaster,
+                          _transformer_samples("cross_entropy")),
 }
 # What an optimizer computes through the ops beyond training's forward and gradient: newton a
 # Hessian by double backward, lm a Jacobian by forward AD (or by double backward where an op

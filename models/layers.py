@@ -5,7 +5,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .ops import fused_conv_bn2d, linear, relu
+from .ops import fused_conv_bn2d, linear, relu, rms_norm
 from .ops.fused_conv_bn import Pair
 
 Op = Callable[..., torch.Tensor]
@@ -93,3 +93,20 @@ class FusedConvBN2d(nn.Sequential):
 
     def extra_repr(self) -> str:
         return f"op={op_name(self.op)}"
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dim (weight of ones, as nn.RMSNorm) computing `op(x, weight, eps)`."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, *, op: Op = rms_norm, device=None,
+                 dtype=None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
+        self.eps, self.op = eps, op
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """op(x, weight, eps), by default x / rms(x) · weight."""
+        return self.op(x, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, op={op_name(self.op)}"

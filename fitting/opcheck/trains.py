@@ -57,7 +57,7 @@ def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
                          for s in range(seeds)] for f in (fn, ref))
     finally:
         torch.set_num_threads(threads)
-    protocol = f"({task}: {steps} steps of SGD at lr {cfg.optimizer.lr:g}, seeds 0-{seeds - 1})"
+    protocol = f"({task.name}: {steps} steps of SGD at lr {cfg.optimizer.lr:g}, seeds 0-{seeds-1})"
     first, last = (sorted(c[i] for c in theirs)[seeds // 2] for i in (0, -1))  # medians
     if not (finite := all(math.isfinite(c[-1]) for c in theirs)) or not last < first:
         why = "does not learn (its loss does not fall)" if finite else \

@@ -34,7 +34,10 @@ class Closure:
 
     def __call__(self) -> torch.Tensor:
         self.optimizer.zero_grad()
-        loss = self.reduce(self.residuals())
+        if self.task.residuals is None:  # a task with its own loss (forecast's cross-entropy)
+            loss = self.task.loss(self.task.model, self.batch)
+        else:
+            loss = self.reduce(self.residuals())
         loss.backward()
         return loss
 

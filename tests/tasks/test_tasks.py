@@ -29,7 +29,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SMALL_CNN = {"n_train": 64, "n_val": 16, "batch_size": 8}
-SMALL = {"cnn": SMALL_CNN}  # a task's keys for a cheap build
+SMALL_FORECAST = {"n_train": 64, "n_val": 8, "batch_size": 4, "vocab": 64, "context": 8,
+                  "horizon": 3, "width": 16, "heads": 2}
+SMALL = {"cnn": SMALL_CNN, "forecast": SMALL_FORECAST}  # a task's keys for a cheap build
 
 
 def build(name: str, seed: int = 0, dtype: torch.dtype = torch.float32, ops=None, **overrides):
@@ -54,8 +56,12 @@ def test_each_task_builds_from_its_yaml_and_answers_the_loop(name):
     assert type(task) is TASKS[name] and task.name == name and isinstance(task.model, model)
     assert task.reduction == ("sum" if name == "poly3" else "mean")
     batch = task.batch(0)
-    residuals = task.residuals(task.model, batch)
-    assert residuals.shape[0] == batch[1].shape[0] and residuals.dtype == torch.float32
+    if task.residuals is None:  # a task with its own loss (forecast's cross-entropy)
+        loss = task.loss(task.model, batch)
+        assert loss.shape == () and loss.dtype == torch.float32 and loss.requires_grad
+    else:
+        residuals = task.residuals(task.model, batch)
+        assert residuals.shape[0] == batch[1].shape[0] and residuals.dtype == torch.float32
     val = task.validate(task.model)
     assert val is None if name == "poly3" else (isinstance(val, float) and val > 0)
     summary = task.summary(task.model)
@@ -101,7 +107,8 @@ def test_each_task_runs_its_slots_ops_and_ignores_the_others():
     assert calls == ["legendre_p3", "activation", "activation"]
 
 
-@pytest.mark.parametrize(("name", "overrides"), [("mlp", {"noise": 0.1}), ("cnn", SMALL_CNN)])
+@pytest.mark.parametrize(("name", "overrides"), [("mlp", {"noise": 0.1}), ("cnn", SMALL_CNN),
+                                                  ("forecast", SMALL_FORECAST)])
 def test_data_and_model_are_determined_by_the_seed(name, overrides):
     one, again, other = (build(name, seed=s, **overrides) for s in (1, 1, 2))
     for a, b in ((one, again), (one, other)):
@@ -146,9 +153,11 @@ def test_data_are_made_in_float64_then_cast():
     ("cnn", "image_size", 30, "task.image_size must be a positive multiple of 2**len(task.channels) = 4, got 30"),
     ("cnn", "channels", [], "task.channels must be a non-empty list of sizes >= 1, got []"),
     ("cnn", "n_val", 0, "task.n_val must be >= 1, got 0"),
+    ("forecast", "width", 10, "task.width must be a positive multiple of 2 * task.heads = 4, got 10"),
+    ("forecast", "limit", math.inf, "task.limit must be finite and > 0, got inf"),
 ])
 def test_a_value_out_of_range_is_refused_naming_its_key(name, key, value, message):
-    overrides = {**(SMALL_CNN if name == "cnn" else {}), key: value}
+    overrides = {**SMALL.get(name, {}), key: value}
     with pytest.raises(InstantiationException) as refused:
         build(name, **overrides)
     # Hydra wraps what the class raised; the cause is the one line a user needs.

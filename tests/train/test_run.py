@@ -21,6 +21,8 @@ from tests.train.helpers import go, results, saved
 OPTIMUM = 8.81716541000702  # the least-squares optimum of the tutorial's float64 data
 SMALL_CNN = ("task=cnn", "task.n_train=64", "task.n_val=16", "task.batch_size=8",
              "log.every=1")
+SMALL_FORECAST = ("task=forecast", "task.vocab=256", "task.context=16", "task.horizon=4",
+                  "task.width=16", "task.heads=2", "task.n_train=256", "task.n_val=16")
 
 
 SWISH = "import torch\n\ndef swish(x):\n    return x * torch.sigmoid(x)\n"
@@ -52,7 +54,8 @@ def test_the_default_run_is_the_tutorial(tmp_path, caplog):
 @pytest.mark.parametrize("task", TASKS)
 def test_builtin_ops_train_as_the_custom_ones(task, tmp_path, caplog):
     caplog.set_level(logging.INFO)
-    overrides = {"poly3": ("steps=100",), "cnn": (*SMALL_CNN, "steps=6")}.get(
+    overrides = {"poly3": ("steps=100",), "cnn": (*SMALL_CNN, "steps=6"),
+                 "forecast": (*SMALL_FORECAST, "steps=30")}.get(
         task, (f"task={task}", "steps=30"))
     custom = go(tmp_path / "custom", *overrides)
     assert "\n".join(lines(caplog)).count("final") == 1  # mlp: one final loss, then its metrics
