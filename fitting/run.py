@@ -3,10 +3,8 @@ check the config, prepare the ops, build task and optimizer, claim the run dir (
 or refused: fitting.rundir), train, report. It raises ConfigError (train.py: exit 2) or
 Stopped(line, exit code): 1 diverged, 74 a write failed, 128 + n stopped by signal n."""
 
-import json
 import logging
 import os
-import shlex
 import signal
 import threading
 from collections.abc import Iterator
@@ -29,12 +27,11 @@ from fitting.opcheck.precheck import precheck
 from fitting.resume import resume_command, resume_config
 from fitting.rundir import WRITE_FAULT, RunDir, fault
 from fitting.slots import describe, source, uses
-from fitting.track.files import NotAFile, write_atomic
-from fitting.track.memory import peak_rss_bytes
+from fitting.track.files import NotAFile
+from fitting.track.report import RESULTS, closing, profiler, results
 from fitting.track.tensorboard import TensorBoard, hparam_values
 
 log = logging.getLogger(__name__)
-RESULTS, TRACE = "results.json", "profile.pt.trace.json"
 
 
 def run(cfg: DictConfig, out_dir: str | Path, overrides: list[str] | None = None) -> float:
@@ -169,7 +166,7 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
     tb = stack.enter_context(TensorBoard(out, purge_step=None if new else state.step))
     joblib = _hydra() and _hydra().runtime.choices.get("hydra/launcher") == "joblib"
     signals = stack.enter_context(Signals(os.getppid() if joblib else None))
-    prof = stack.enter_context(_profiler(out) if cfg.profile else nullcontext())
+    prof = stack.enter_context(profiler(out) if cfg.profile else nullcontext())
 
     def save(status: str, summary: dict[str, float] | None = None) -> None:
         tb.writer.flush()
@@ -180,7 +177,7 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
         elif status == "running":
             raise NonFinite(f"weights after step {state.step}")
         if status != "running":
-            _results(out, status, cfg, state, loop.times, info, summary or {})
+            results(out, status, cfg, state, loop.times, info, summary or {})
 
     loop = Training(cfg, task, optimizer, state, tb, signals, save, prof=prof, scheduler=scheduler,
                     forward=torch.compile(task.model) if cfg.compile else task.model)
@@ -216,7 +213,8 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
                       f"{last(ckpt)}", 128 + err.args[0]) from None
     except (Exception, SystemExit, KeyboardInterrupt, Exited) as err:
         raise _failed(err, out, cfg, state, loop.times, info, ckpt) from None
-    _closing(cfg, out, task, state, loop.times, summary, fig)
+    closing(cfg, out, task, state, loop.times, summary, fig,
+            bool(_hydra()) and _hydra().mode.name == "MULTIRUN")
     return state.loss
 
 
@@ -227,7 +225,7 @@ def _failed(err: BaseException, out: Path, cfg: DictConfig, state: State, times:
     if isinstance(err, Stopped) or not (yours or isinstance(err, OSError)):
         return err
     with suppress(OSError):
-        _results(out, "failed", cfg, state, times, info, {})
+        results(out, "failed", cfg, state, times, info, {})
     return err if isinstance(err, OSError) else Stopped(
         f"your op ({', '.join(yours)}) failed in training at step {state.step}, not in its "
         f"pre-check: {err if isinstance(err, Exited) else line(err)}; {last(ckpt)}", 1)
@@ -243,44 +241,6 @@ def _quiet_write_faults(stack: ExitStack) -> None:
     stack.callback(setattr, logging, "raiseExceptions", raising)
 
 
-def _closing(cfg: DictConfig, out: Path, task: Any, state: State, times: list[float],
-             summary: dict[str, float], fig: Path) -> None:
-    """Model, final loss and cost, why it stopped, final numbers, figure, run dir, TensorBoard;
-    a sweep's job: its final loss and run dir alone (the sweep's end has its table)."""
-    val = "" if state.val_loss is None else f", validation loss {state.val_loss:.6g}"
-    saved = f", {state.saved_bytes:,} bytes saved for backward" if state.saved_bytes else ""
-    why = (f"converged after {state.step} of {cfg.steps} steps" if state.converged
-           else f"ran all {state.step} steps")
-    summary = dict(summary)
-    gap, optimum = summary.pop("rel_gap", None), summary.pop("optimum_loss", None)
-    if gap is not None:  # poly3: the loss at the final parameters against the exact optimum
-        exact = f"the exact optimum of the {cfg.dtype} data, {optimum:.12g}"  # float32: its own
-        why += (f"; at {exact}, within rounding" if abs(gap) < 1e-12
-                else f"; {gap:.3g} relative above {exact}")
-    if _hydra() and _hydra().mode.name == "MULTIRUN":  # the sweep's end prints the rest
-        log.info("final loss %.6g after %d steps%s; run dir: %s", state.loss, state.step, val, out)
-        return
-    lines = [f"Result: {task.describe(task.model)}",
-             f"final loss {state.loss:.6g} after {state.step} steps{val} ({state.train_s:.2f} s "
-             f"of training, median step {times[len(times) // 2]:.3f} ms{saved})",
-             f"stopped: {why}",
-             "at the end: " + ", ".join(f"{k}={v:.6g}" for k, v in summary.items()),
-             f"figure: {fig}", f"run dir: {out}",
-             f"view it: tensorboard --logdir {shlex.quote(str(out))}"]
-    for text in lines:
-        log.info("%s", text)
-
-
-def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[float],
-             info: dict[str, Any], summary: dict[str, float]) -> None:
-    """results.json, written whole: the run's end at full precision."""
-    data = {"status": status, "step": state.step, "steps": cfg.steps,
-            "final_loss": float(state.loss), "val_loss": state.val_loss,
-            "step_ms_median": times[len(times) // 2] if times else None,  # the loop sorts them
-            "saved_bytes": state.saved_bytes, "peak_rss_bytes": peak_rss_bytes(),
-            "train_s": state.train_s,
-            **{k: info[k] for k in ("task", "optimizer", "ops", "op_sources")}, "summary": summary}
-    write_atomic(out / RESULTS, (json.dumps(data, indent=2) + "\n").encode())
 
 
 @contextmanager
@@ -300,16 +260,6 @@ def _as_config_error() -> Iterator[None]:
     except (ValueError, ImportError) as err:
         raise ConfigError(short(err, 300)) from None
 
-
-def _profiler(out: Path) -> Any:
-    """torch.profiler over steps 2-4: a Chrome trace (ui.perfetto.dev), the top ops logged."""
-    def ready(prof: Any) -> None:
-        prof.export_chrome_trace(str(out / TRACE))
-        log.info("profile of steps 2-4: %s; top ops:\n%s", out / TRACE,
-                 prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10))
-
-    plan = torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)
-    return torch.profiler.profile(schedule=plan, on_trace_ready=ready)
 
 
 def _hydra() -> Any:
