@@ -123,7 +123,7 @@ def truncate(path):
     ("checkpoint.pt", truncate, "checkpoint.pt is truncated"),
     (".hydra/config.yaml", os.remove, "config.yaml is missing"),
     (".hydra/config.yaml", lambda p: p.write_text(""), "config.yaml is empty"),
-    (".hydra/config.yaml", truncate, "config.yaml .*(cannot be read|is not what)"),
+    (".hydra/config.yaml", truncate, "config.yaml .*(cannot be read|is not the run)"),
     (".hydra/config.yaml", lambda p: (os.remove(p), p.mkdir()), "config.yaml is a directory"),
     (".hydra/overrides.yaml", lambda p: p.write_text("{a: 1}"), "holds a dict, not a list"),
 ], ids=["crc", "empty", "truncated", "config-deleted", "config-empty", "config-truncated",
