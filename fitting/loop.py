@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from fitting.track.memory import peak_rss_bytes, step_peak
+from fitting.track.memory import peak_rss_bytes, shares_process, step_peak
 from fitting.track.progress import Progress
 from fitting.track.tensorboard import norms
 from models.ops import saved_tensor_bytes
@@ -158,6 +158,8 @@ def train(run: Run) -> None:
     dtype, device = named[0][1].dtype, named[0][1].device
     rtol = 4 * torch.finfo(dtype).eps if cfg.stop.rtol is None else cfg.stop.rtol
     next_peak = 5 if cfg.profile else 1  # after the profiler's steps: one profiler at a time
+    # Jobs sharing a process: no peak RSS of their own, a step's tensor peak (once) instead.
+    memory_every = every.memory_every or (steps if shares_process() else 0)
     task.model.train()
     with Progress(steps, state.step) as progress:
         for step in range(state.step, steps):
@@ -167,7 +169,7 @@ def train(run: Run) -> None:
                      step and every.figure_every and step % every.figure_every == 0)
             closure = Closure(task, run.forward, task.batch(step), optimizer, count=logged,
                               check=logged or bool(cfg.stop.patience))
-            sample = bool(every.memory_every) and logged and step >= next_peak
+            sample = bool(memory_every) and logged and step >= next_peak
             t_step = time.perf_counter()
             with step_peak(device) if sample else nullcontext() as peak:
                 optimizer.step(closure)
@@ -184,7 +186,9 @@ def train(run: Run) -> None:
                 values = {"loss/train": state.loss, "optim/evals": closure.evals,
                           "time/step_ms": ms, "time/step_ms_median": times[len(times) // 2],
                           "time/train_s": state.train_s, "memory/saved_bytes": state.saved_bytes,
-                          "memory/peak_rss_bytes": peak_rss_bytes(), **norms(named)}
+                          **norms(named)}
+                if (rss := peak_rss_bytes()) is not None:
+                    values["memory/peak_rss_bytes"] = rss
                 values |= {f"optim/{k}": v for k, v in getattr(optimizer, "last_stats", {}).items()}
                 if closure.grad_norm is not None:
                     values["optim/grad_norm"] = closure.grad_norm.item()
@@ -192,7 +196,7 @@ def train(run: Run) -> None:
                     values["optim/lr"] = lr
                 if peak is not None:
                     values["memory/peak_bytes"] = peak.bytes
-                    next_peak = (step // every.memory_every + 1) * every.memory_every
+                    next_peak = (step // memory_every + 1) * memory_every
                 tb.scalars(step, values)
             if every.hist_every and step % every.hist_every == 0:
                 tb.histograms(step, named)

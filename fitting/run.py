@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import asdict
@@ -246,6 +247,23 @@ def _results(out: Path, status: str, cfg: DictConfig, state: State, times: list[
             **{k: info[k] for k in ("task", "optimizer", "ops", "op_sources")},
             "summary": summary}
     write_atomic(out / RESULTS, (json.dumps(data, indent=2) + "\n").encode())
+
+
+def failed(out: str | Path, line: str, code: int, err: Exception) -> None:
+    """A sweep's job that failed, for the sweep's end: its line and exit status (a bug's
+    traceback too) in its results.json. Another run's dir (a refused job's) is left as it is."""
+    path, hydra = Path(out) / RESULTS, _hydra()
+    with suppress(OSError, ValueError):
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        if record.get("status") in ("completed", "converged") or isinstance(err, ConfigError) and (
+                record or (path.parent / ".hydra").exists()):
+            return
+        record = {"status": "failed", **record, "exit": code, "reason": line,
+                  "overrides": list(hydra.overrides.task) if hydra else []}
+        if not isinstance(err, ConfigError | Stopped):
+            record["traceback"] = "".join(traceback.format_exception(err))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, (json.dumps(record, indent=2) + "\n").encode())
 
 
 @contextmanager

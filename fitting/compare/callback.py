@@ -2,6 +2,7 @@
 
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         """Print the table, the verdicts and the TensorBoard line; name the jobs that did not
-        complete; write compare.md, compare.png and the difference runs into the sweep."""
+        complete (then exit 1); write compare.md, compare.png and the difference runs."""
         from fitting.compare import runs as r
         from fitting.compare.report import write_report
 
@@ -30,11 +31,15 @@ class SweepSummary(Callback):
         runs = r.read_runs(sweep_dir)
         if runs:
             print(write_report(runs, sweep_dir, sweep_dir), end="")
-        undone = [f"{r.job(run)} ({run.status})" for run in runs if run.status not in r.DONE]
-        if undone:
-            print("did not complete: " + ", ".join(undone))
+        undone = [run for run in runs if run.status not in r.DONE]
+        for run in undone:  # a failed job: its exit status and its one line (train.py's)
+            why = (f" (exit {run.result['exit']}): {run.result.get('reason')}"
+                   if "exit" in run.result else "")
+            print(f"did not complete: {r.job(run)} {run.status}{why}")
         write_experiment(runs, r.differing(runs))
         print(f"tensorboard --logdir {r.shown(sweep_dir)}", flush=True)
+        if undone:
+            sys.exit(1)  # Hydra's callbacks catch an Exception, not this
 
 
 def write_experiment(runs: list, differing: list[str]) -> None:
