@@ -3,7 +3,6 @@ the end's table, a failed one as a row with its exit status and its one line, th
 the jobs that finished, exit 1 and no traceback. A job's peak RSS only where the process is its
 own (joblib), the tensor peak where the jobs share one (basic)."""
 
-import json
 import re
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.helpers.train_cli import REPO, TRAIN, user_env
+from tests.train.helpers import results  # imports the app: its config schema is registered
 
 
 def table_rows(stdout: str) -> dict[str, str]:
@@ -57,10 +57,10 @@ def test_a_job_whose_tensorboard_cannot_start_is_one_row_and_one_line(tmp_path, 
     assert re.search(r"activation=custom \[#0 #1\] vs builtin \[#2 #3\]: .* final loss median "
                      r"\S+ \(n=1\) vs the reference's \S+ \(\S+, n=2\)",
                      done.stdout.replace("\n    ", " "))
-    failed = json.loads((job_dir(tmp_path, 1) / "results.json").read_text())
+    failed = results(job_dir(tmp_path, 1))
     assert "can't start new thread" in failed["traceback"]  # for whoever fixes it
     # Jobs in one process: no peak RSS of their own; the tensor peak instead.
-    assert json.loads((job_dir(tmp_path, 0) / "results.json").read_text())["peak_rss_bytes"] is None
+    assert results(job_dir(tmp_path, 0))["peak_rss_bytes"] is None
     logged = tags(job_dir(tmp_path, 0))
     assert "memory/peak_bytes" in logged and "memory/peak_rss_bytes" not in logged
 
@@ -86,5 +86,5 @@ def test_a_joblib_sweep_with_a_refused_job_reports_and_its_jobs_own_peak_rss(tmp
     assert re.search(r"^did not complete: #1 failed \(exit 2\): config error: "
                      r"ops.legendre_p3=no_such_module:fn: .*No module named", done.stdout,
                      re.MULTILINE)
-    assert json.loads((job_dir(tmp_path, 0) / "results.json").read_text())["peak_rss_bytes"] > 0
+    assert results(job_dir(tmp_path, 0))["peak_rss_bytes"] > 0
     assert "memory/peak_rss_bytes" in tags(job_dir(tmp_path, 0))
