@@ -45,20 +45,22 @@ def train(out, *args):
 
 
 @pytest.mark.slow
-def test_a_run_in_a_dir_another_run_holds_is_refused_by_its_lock(tmp_path, train_cli):
+def test_a_run_in_a_dir_another_run_holds_is_refused_by_its_lock(tmp_path):
     out = tmp_path / "run"
-    first = train(out, "steps=10000000")  # the same config: only the lock tells them apart
+    runs = [train(out, "steps=10000000")]  # the same config: only the lock tells them apart
     try:
         deadline = time.monotonic() + 120  # wide: starting torch on a loaded box
         while not list(out.glob("events.out.tfevents.*")) and time.monotonic() < deadline:
             time.sleep(0.1)
-        done = train_cli("steps=10000000", f"hydra.run.dir={out}")
-        assert done.returncode == 2, done.stderr
-        assert done.stderr == (f"config error: {out} is in use by another run (pid {first.pid}): "
-                               "wait for it to end, or run in another dir\n")
+        runs.append(train(out, "steps=10000000"))  # a second run that got in would train on
+        assert runs[1].wait(timeout=120) == 2
+        assert runs[1].stderr.read() == (f"config error: {out} is in use by another run (pid "
+                                         f"{runs[0].pid}): wait for it to end, or run in another "
+                                         "dir\n")
     finally:
-        first.send_signal(signal.SIGTERM)
-        first.wait(timeout=120)
+        for run in runs:
+            run.send_signal(signal.SIGTERM)
+            run.wait(timeout=120)
 
 
 @pytest.mark.slow
