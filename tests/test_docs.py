@@ -20,7 +20,6 @@ def test_the_docs_quote_train_py():
     assert {doc for doc, _, _ in RUNS} == {"operations.md", "ops.md"}
 
 
-@pytest.mark.cpu_kernels
 @pytest.mark.parametrize(("doc", "command", "printed"), RUNS, ids=[c for _, c, _ in RUNS])
 def test_a_quoted_run_prints_what_the_doc_shows(doc, command, printed, train_cli, monkeypatch):
     before, args = command.split("python train.py ")

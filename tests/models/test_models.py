@@ -77,7 +77,6 @@ def test_poly3_starts_at_the_tutorials_point_and_equals_its_twin():
         "Poly3(legendre_p3=legendre_p3_reference)"
 
 
-@pytest.mark.cpu_kernels
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_poly3_prints_a_coefficient_below_the_rounding_of_the_largest_as_0(dtype):
     """What every CPU prints the same: a and c of the tutorial's fit are 0 up to rounding

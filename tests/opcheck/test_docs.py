@@ -17,7 +17,6 @@ CARDS = [(command.removeprefix(CARD), printed) for command, printed in quoted(DO
          if command.startswith(CARD)]
 
 
-pytestmark = pytest.mark.cpu_kernels
 # Whether two ops' loss curves are bit-identical depends on the CPU's kernels (MyReLU against
 # torch.relu: identical on one AVX-512 Xeon, the same within the seed spread on another): both
 # pass, and docs/ops.md says either may print.

@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from tests.helpers.app_config import make_cfg
 from tests.optim.test_optimizers import Closure
 
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.cpu_kernels]  # tests/conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 # room for another CPU's rounding (a perturbed start moves these < 0.1 %; ATEN_CPU_CAPABILITY=

@@ -13,7 +13,7 @@ import pytest
 
 from tests.train.helpers import OPTIMUM_RTOL, float_data_optimum, go, results
 
-pytestmark = [pytest.mark.slow, pytest.mark.cpu_kernels]
+pytestmark = pytest.mark.slow
 TOLERANCE = 0.15  # relative, for the mlp's and the cnn's MSE
 
 
