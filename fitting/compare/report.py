@@ -31,8 +31,9 @@ NOTES = """\
 - final loss: results.json's, else the last `loss/train`; Δ loss vs ref: mine − reference.
   step ms: the run's median step time; × ref and the pairs' ratios: mine / reference.
 - max rel. Δloss: over the steps both logged, |mine − ref| / |ref| (TensorBoard's float32).
-- peak: `memory/peak_bytes` (tensor bytes of a step, opt-in), peak RSS: the process's.
-- status: results.json's; "running or killed" where the run wrote none.
+- peak: `memory/peak_bytes` (tensor bytes of a step: opt-in, once a job in a plain sweep);
+  peak RSS: the process's, only where the run had its own (none in a plain sweep).
+- status: results.json's (a failed job's with its exit status); "running or killed" if none.
 - compare.png: the reference thick and light (over seeds: their median and min–max band),
   each run of mine thin and dashed over it.
 - A user's op reads `module:name @<the first 8 hex of its file's sha256>` (results.json's)."""
