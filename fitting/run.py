@@ -253,12 +253,11 @@ def failed(out: str | Path, line: str, code: int, err: Exception) -> None:
     """A sweep's job that failed, for the sweep's end: its line and exit status (a bug's
     traceback too) in its results.json. Another run's dir (a refused job's) is left as it is."""
     path, hydra = Path(out) / RESULTS, _hydra()
+    if isinstance(err, ConfigError) and (path.exists() or (path.parent / ".hydra").exists()):
+        return  # another run's dir
     with suppress(OSError, ValueError):
-        record = json.loads(path.read_text()) if path.is_file() else {}
-        if record.get("status") in ("completed", "converged") or isinstance(err, ConfigError) and (
-                record or (path.parent / ".hydra").exists()):
-            return
-        record = {"status": "failed", **record, "exit": code, "reason": line,
+        record = {"status": "failed", **(json.loads(path.read_text()) if path.is_file() else {}),
+                  "exit": code, "reason": line,
                   "overrides": list(hydra.overrides.task) if hydra else []}
         if not isinstance(err, ConfigError | Stopped):
             record["traceback"] = "".join(traceback.format_exception(err))

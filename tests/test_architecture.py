@@ -35,7 +35,7 @@ FORBIDDEN = {
 }
 # The source (fitting/, models/, train.py; the 80-line SLURM launcher aside): a learner reads it
 # in an afternoon.
-MAX_SOURCE_LINES = 5200
+MAX_SOURCE_LINES = 5240  # issue 44: +53 (a sweep's failed job, peak RSS, poly3's zeros)
 MAX_FUNCTION_LINES = 60
 MAX_FILE_LINES = 300
 
