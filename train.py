@@ -25,7 +25,7 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from fitting.config import Config, ConfigError, register  # noqa: E402
+from fitting.config import Config, ConfigError, register, short  # noqa: E402
 
 register()  # the schema and resolvers conf/ needs, before Hydra composes (its jobs inherit them)
 
@@ -34,21 +34,28 @@ register()  # the schema and resolvers conf/ needs, before Hydra composes (its j
 def main(cfg: DictConfig) -> float:
     """Train with the composed config; the final loss (NaN for a sweep's job that failed)."""
     from fitting.loop import Stopped
-    from fitting.run import run
+    from fitting.run import failed, run
 
+    hydra, sweep_job = HydraConfig.get(), HydraConfig.get().mode.name == "MULTIRUN"
     try:
-        return run(cfg, HydraConfig.get().runtime.output_dir)
-    except (ConfigError, Stopped) as err:
-        message, code = err.args if isinstance(err, Stopped) else (f"config error: {err}", 2)
+        return run(cfg, hydra.runtime.output_dir)
+    except Exception as err:
+        if not sweep_job and not isinstance(err, ConfigError | Stopped):
+            raise  # a bug: its traceback
+        message, code = err.args if isinstance(err, Stopped) else (
+            f"config error: {err}", 2) if isinstance(err, ConfigError) else (
+            f"{type(err).__name__}: {short(err, 300)}", 1)
         print(message, file=sys.stderr, flush=True)
-        if code >= 128 and HydraConfig.get().runtime.choices.get("hydra/launcher") == "joblib":
+        if code >= 128 and hydra.runtime.choices.get("hydra/launcher") == "joblib":
             # A joblib worker whose sweep stops: its run is saved; it ends as the signal's own
             # action ends a process, or it would idle on past its sweep (loky keeps workers).
             signal.signal(code - 128, signal.SIG_DFL)
             signal.raise_signal(code - 128)
-        # A signal stops a sweep; a job's config error or divergence fails alone, the rest run.
-        if HydraConfig.get().mode.name != "MULTIRUN" or code >= 128:
+        # A signal stops a sweep; any other failure of a sweep's job fails it alone: its row in
+        # the sweep's end (results.json: the line, the exit status), the other jobs run on.
+        if not sweep_job or code >= 128:
             sys.exit(code)
+        failed(hydra.runtime.output_dir, message, code, err)
     return float("nan")
 
 

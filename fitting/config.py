@@ -12,6 +12,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
+from fitting.opcheck.boundary import FIRST_LIMIT_S, LIMIT_S
 from fitting.slots import SLOTS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # runs go to its outputs/, whatever the cwd
@@ -76,8 +77,8 @@ class Config:
     log: Log = field(default_factory=Log)
     ckpt: Ckpt = field(default_factory=Ckpt)
     stop: Stop = field(default_factory=Stop)
-    op_limit_s: float = 30.0  # a user's op's call in its pre-check may take this long
-    op_first_limit_s: float = 300.0  # and its first call (which may compile) this long
+    op_limit_s: float = LIMIT_S  # a user's op's call in its pre-check may take this long
+    op_first_limit_s: float = FIRST_LIMIT_S  # and its first call (which may compile) this long
     on_nonfinite: str = "stop"  # stop: checkpoint, one line, exit 1; raise: also a traceback
     resume: str | None = None  # a run dir to continue from its checkpoint.pt, in that dir
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from fitting.track.memory import peak_rss_bytes, step_peak
+from fitting.track.memory import peak_rss_bytes, shares_process, step_peak
 from fitting.track.progress import Progress
 from fitting.track.tensorboard import norms
 from models.ops import saved_tensor_bytes
@@ -163,6 +163,8 @@ def train(run: Training) -> None:
     named, steps, every = list(task.model.named_parameters()), cfg.steps, cfg.log
     rtol = 4 * torch.finfo(named[0][1].dtype).eps if cfg.stop.rtol is None else cfg.stop.rtol
     next_peak = 5 if cfg.profile else 1  # after the profiler's steps: one profiler at a time
+    # Jobs sharing a process: no peak RSS of their own, a step's tensor peak (once) instead.
+    memory_every = every.memory_every or (steps if shares_process() else 0)
     task.model.train()
     with Progress(steps, state.step) as progress:
         for step in range(state.step, steps):
@@ -172,7 +174,7 @@ def train(run: Training) -> None:
                      step and every.figure_every and step % every.figure_every == 0)
             closure = Closure(task, run.forward, task.batch(step), optimizer, count=read,
                               check=read or bool(cfg.stop.patience))
-            sample = bool(every.memory_every) and read and step >= next_peak
+            sample = bool(memory_every) and read and step >= next_peak
             t_step = time.perf_counter()
             with step_peak(named[0][1].device) if sample else nullcontext() as peak:
                 optimizer.step(closure)
@@ -187,7 +189,7 @@ def train(run: Training) -> None:
             if read or last:  # a logged step: the last one too, whatever stopped the run
                 run.tb.scalars(step, _scalars(run, closure, ms, lr, peak, named))
                 if peak is not None:
-                    next_peak = (step // every.memory_every + 1) * every.memory_every
+                    next_peak = (step // memory_every + 1) * memory_every
             if every.hist_every and step % every.hist_every == 0:
                 run.tb.histograms(step, named)
             if run.prof is not None:

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import asdict
@@ -241,6 +242,22 @@ def _quiet_write_faults(stack: ExitStack) -> None:
     stack.callback(setattr, logging, "raiseExceptions", raising)
 
 
+
+
+def failed(out: str | Path, line: str, code: int, err: Exception) -> None:
+    """A sweep's job that failed, for the sweep's end: its line and exit status (a bug's
+    traceback too) in its results.json. Another run's dir (a refused job's) is left as it is."""
+    path, hydra = Path(out) / RESULTS, _hydra()
+    if isinstance(err, ConfigError) and (path.exists() or (path.parent / ".hydra").exists()):
+        return  # another run's dir
+    with suppress(OSError, ValueError):
+        record = {"status": "failed", **(json.loads(path.read_text()) if path.is_file() else {}),
+                  "exit": code, "reason": line,
+                  "overrides": list(hydra.overrides.task) if hydra else []}
+        if not isinstance(err, ConfigError | Stopped):
+            record["traceback"] = "".join(traceback.format_exception(err))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, (json.dumps(record, indent=2) + "\n").encode())
 
 
 @contextmanager

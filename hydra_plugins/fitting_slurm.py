@@ -80,8 +80,9 @@ class SlurmLauncher(Submitit):
             returns.append(ret)
         if problems:
             # Hydra ends the sweep only after every job returned: end it here for the others.
-            self.hydra_context.callbacks.on_multirun_end(
-                config=self.config, config_name=self.config.hydra.job.config_name)
+            with contextlib.suppress(SystemExit):  # its exit 1: this line says more
+                self.hydra_context.callbacks.on_multirun_end(
+                    config=self.config, config_name=self.config.hydra.job.config_name)
             raise JobsNotCompleted(f"{len(problems)} of {len(nums)} jobs did not complete: "
                                    + "; ".join(problems))
         return returns

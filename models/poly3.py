@@ -41,7 +41,11 @@ class Poly3(nn.Module):
     def formula(self, digits: int = 5) -> str:
         """The current fit as text, the op by its name: 'y = 0.0 + -2.2085 * P3(0.0 + 0.25549 x)'
         (ours or its twin), 'y = 0.0 + -1.0 * sinh(0.0 + 0.3 x)' (torch.sinh in the slot)."""
-        a, b, c, d = (f"{p.item():.{digits}g}" for p in (self.a, self.b, self.c, self.d))
+        values = [p.item() for p in (self.a, self.b, self.c, self.d)]
+        # Below the dtype's rounding of the largest, a coefficient is 0 (its digits are the
+        # CPU kernels' rounding: a = -3.3e-10 with AVX2, 4.7e-10 without): printed as 0.
+        tiny = torch.finfo(self.a.dtype).eps * max(map(abs, values))
+        a, b, c, d = (f"{0 if abs(v) < tiny else v:.{digits}g}" for v in values)
         return f"y = {a} + {b} * {short_name(self.legendre_p3)}({c} + {d} x)"
 
     def extra_repr(self) -> str:

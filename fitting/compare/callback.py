@@ -4,6 +4,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,8 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         """Print fitting.compare's report (the table, the verdicts, the jobs that did not complete,
-        the TensorBoard line); write compare.md, compare.png, the differences and HParams."""
+        the TensorBoard line), then exit 1 if a job did not complete; write compare.md,
+        compare.png, the differences and HParams."""
         from fitting.compare import runs as r
         from fitting.compare.report import write_report
 
@@ -62,6 +64,8 @@ class SweepSummary(Callback):
         write_experiment(runs)
         text = write_report(runs, sweep_dir, sweep_dir) if runs else ""
         print(text or f"tensorboard --logdir {r.shown(sweep_dir)}\n", end="", flush=True)
+        if any(run.status not in r.DONE for run in runs):
+            sys.exit(1)  # Hydra's callbacks catch an Exception, not this
 
 
 def count_jobs(config: Any) -> int:

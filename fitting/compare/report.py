@@ -33,8 +33,9 @@ NOTES = """\
 - final loss: results.json's, else the last `loss/train`; Δ loss vs ref: mine − reference.
   step ms: the run's median step time; × ref and the pairs' ratios: mine / reference.
 - max rel. Δloss: over the steps both logged, |mine − ref| / |ref| (TensorBoard's float32).
-- peak: `memory/peak_bytes` (tensor bytes of a step, opt-in), peak RSS: the process's.
-- status: results.json's; "running or killed" where the run wrote none.
+- peak: `memory/peak_bytes` (tensor bytes of a step: opt-in, once a job in a plain sweep);
+  peak RSS: the process's, only where the run had its own (none in a plain sweep).
+- status: results.json's (a failed job's with its exit status); "running or killed" if none.
 - compare.png: the reference thick and light (over seeds: their median and min–max band),
   each run of mine thin and dashed over it.
 - A user's op reads `module:name @<the first 8 hex of its file's sha256>` (results.json's)."""
@@ -59,11 +60,12 @@ def write_report(runs: list, root: str, out: str) -> str:
     md += f"\n## Notes\n\n{NOTES}\n\n![comparison](compare.png)\n"
     write_atomic(os.path.join(out, "compare.png"), lambda f: figure(runs).savefig(f, format="png"))
     write_atomic(os.path.join(out, "compare.md"), md.encode("utf-8"))
-    undone = [f"{job(run)} ({run.status})" for run in runs if run.status not in DONE]
+    undone = [f"did not complete: {job(run)} {run.status}" + (  # a failed job: train.py's line
+        f" (exit {run.result['exit']}): {run.result.get('reason')}" if "exit" in run.result else "")
+        for run in runs if run.status not in DONE]
     return "\n".join([terminal_table(runs), *(textwrap.fill(v, 100, subsequent_indent="    ")
                                               for v in verdicts),
-                      f"compare.md, compare.png: {shown(out)}",
-                      *(["did not complete: " + ", ".join(undone)] if undone else []),
+                      f"compare.md, compare.png: {shown(out)}", *undone,
                       f"tensorboard --logdir {shown(root)}"]) + "\n"
 
 

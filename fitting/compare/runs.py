@@ -98,7 +98,8 @@ def read_runs(root: str | os.PathLike) -> list[RunRecord]:
         # results.json's text, once run: it names the version of a user's op (its file's hash).
         ops = {s: str(done[s]) if s in done else _op_text(ops[s], config) for s in done or ops}
         overrides = _load(os.path.join(path, ".hydra", "overrides.yaml"),  # a list: as dict keys
-                          lambda f: dict.fromkeys(yaml.load(f, _Loader) or ())) or {}
+                          lambda f: dict.fromkeys(yaml.load(f, _Loader) or ())) or \
+            result.get("overrides", [])  # a refused job's: in its results.json
         runs.append(RunRecord(name, path, config, result, _scalars(path), ops,
                         str(result.get("status", "running or killed")), list(overrides)))
     return runs
@@ -166,7 +167,7 @@ def _numbers(run: RunRecord, refs: set[int]) -> list[str]:
         delta = fmt(None if None in (loss, ref_loss) else loss - ref_loss, ".3g")
         times = fmt(ratio(ms, ref.number(*STEP_MS)), ".3f")
     return [fmt(loss, ".6g"), delta, fmt(ms, ".4g"), times, fmt(run.number(*SAVED_BYTES), ",.0f"),
-            run.status]
+            run.status + (f" (exit {run.result['exit']})" if "exit" in run.result else "")]
 
 
 def runs_table(runs: list[RunRecord]) -> str:

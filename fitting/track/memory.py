@@ -1,4 +1,5 @@
-"""Peak memory: the process's peak RSS (every logged step) and a step's tensor peak (opt-in)."""
+"""Peak memory: the process's peak RSS (every logged step, where the process is the run's own)
+and a step's tensor peak (opt-in; once in a sweep whose jobs share a process)."""
 
 import resource
 import sys
@@ -9,8 +10,21 @@ from dataclasses import dataclass
 import torch
 
 
-def peak_rss_bytes() -> int:
-    """The process's peak resident set size so far, in bytes."""
+def shares_process() -> bool:
+    """Whether this run is a job of a sweep whose jobs run one after another in one process
+    (Hydra's basic launcher): the process's peak RSS is then not the job's own."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra = HydraConfig.get() if HydraConfig.initialized() else None
+    return bool(hydra and hydra.mode.name == "MULTIRUN"
+                and hydra.runtime.choices.get("hydra/launcher") == "basic")
+
+
+def peak_rss_bytes() -> int | None:
+    """The process's peak resident set size so far, in bytes; None where it is not the run's
+    own (shares_process)."""
+    if shares_process():
+        return None
     try:
         # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a job started from a
         # bigger process would report that process's peak.

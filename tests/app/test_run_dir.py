@@ -25,21 +25,42 @@ def files(out):
 
 
 def test_a_config_error_removes_only_the_dirs_it_made(tmp_path, train_cli):
-    mine, empty = tmp_path / "mine", tmp_path / "empty" / "dir"
+    mine, empty, parent = tmp_path / "mine", tmp_path / "empty" / "dir", tmp_path / "parent"
     empty.mkdir(parents=True)
     mine.mkdir()
+    parent.mkdir()  # empty, and not made by the run below it
     (mine / "notes.log").write_text("x")
-    for out in (mine, empty, tmp_path / "new" / "run"):
+    for out in (mine, empty, tmp_path / "new" / "run", parent / "new" / "run"):
         done = train_cli("steps=-1", f"hydra.run.dir={out}")
         assert (done.returncode, done.stderr) == (2, "config error: steps must be >= 1, got -1\n")
     assert files(mine) == {mine / "notes.log": b"x"} and not (tmp_path / "new").exists()
     assert empty.is_dir()  # existed before: never removed, even empty
+    assert parent.is_dir() and not (parent / "new").exists()
 
 
 def train(out, *args):
     return subprocess.Popen([sys.executable, TRAIN, *args, f"hydra.run.dir={out}"], cwd=REPO,
                             env=user_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
+
+
+@pytest.mark.slow
+def test_a_run_in_a_dir_another_run_holds_is_refused_by_its_lock(tmp_path):
+    out = tmp_path / "run"
+    runs = [train(out, "steps=10000000")]  # the same config: only the lock tells them apart
+    try:
+        deadline = time.monotonic() + 120  # wide: starting torch on a loaded box
+        while not list(out.glob("events.out.tfevents.*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        runs.append(train(out, "steps=10000000"))  # a second run that got in would train on
+        assert runs[1].wait(timeout=120) == 2
+        assert runs[1].stderr.read() == (f"config error: {out} is in use by another run (pid "
+                                         f"{runs[0].pid}): wait for it to end, or run in another "
+                                         "dir\n")
+    finally:
+        for run in runs:
+            run.send_signal(signal.SIGTERM)
+            run.wait(timeout=120)
 
 
 @pytest.mark.slow

@@ -41,7 +41,10 @@ def test_one_table_the_verdicts_the_jobs_that_did_not_complete_and_one_tensorboa
     write_run(tmp_path / "1_a=builtin", activation="builtin")
     write_run(tmp_path / "2_a=custom,seed=1", seed=1, status="failed")
     write_run(tmp_path / "3_a=builtin,seed=1", seed=1, activation="builtin", status=None)
-    lines = end_of_sweep(tmp_path, capsys)
+    with pytest.raises(SystemExit) as exit_:  # a job did not complete: the sweep exits 1
+        end_of_sweep(tmp_path, capsys)
+    assert exit_.value.code == 1
+    lines = capsys.readouterr().out.splitlines()
     runs = read_runs(tmp_path)
     pair(runs)
     table = terminal_table(runs).splitlines()
@@ -49,7 +52,7 @@ def test_one_table_the_verdicts_the_jobs_that_did_not_complete_and_one_tensorboa
     rest = " ".join(line.strip() for line in lines[len(table):])
     assert rest.startswith("activation=custom [#0 #2] vs builtin [#1 #3]: no spread to judge")
     assert rest.endswith(f"compare.md, compare.png: {tmp_path} "
-                         f"did not complete: #2 (failed), #3 (running or killed) "
+                         f"did not complete: #2 failed did not complete: #3 running or killed "
                          f"tensorboard --logdir {tmp_path}")
     assert len(glob.glob(str(tmp_path / "differences" / "*" / "events.out.tfevents.*"))) == 2
     md = (tmp_path / "compare.md").read_text()  # the full names, the verdict, each difference

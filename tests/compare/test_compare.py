@@ -119,7 +119,7 @@ def test_files_go_to_out_and_nothing_into_the_runs_dir(compared, sweep):
     pair(runs)
     assert stdout.startswith(terminal_table(runs) + "\n")
     assert stdout.endswith(f"compare.md, compare.png: {out}\n"  # as the sweep's end says
-                           "did not complete: #2 (diverged), #6 (running or killed)\n"
+                           "did not complete: #2 diverged\ndid not complete: #6 running or killed\n"
                            f"tensorboard --logdir {sweep}\n")
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
     assert sorted(os.listdir(out)) == ["compare.md", "compare.png", "differences"]

@@ -14,7 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-WAIT_S = 60.0
+# Deadlines, not bounds on speed: wide enough for a loaded box (load 14 on 2 cores), where
+# TensorBoard takes several times its quiet 2-5 s to start and to load the event files.
+WAIT_S = 300.0
+REQUEST_S = 60.0
 URL_LINE = re.compile(r"TensorBoard \S+ at (http://127\.0\.0\.1:(\d+)/)")
 PARAM_TAGS = {"params/a", "params/b", "params/c", "params/d"}
 
@@ -47,7 +50,7 @@ def wait_for_url(proc: subprocess.Popen, deadline: float) -> str:
 
 
 def get_json(url: str) -> object:
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(url, timeout=REQUEST_S) as response:
         return json.load(response)
 
 
@@ -55,7 +58,7 @@ def post_json(url: str, body: dict) -> object:
     """POST `body` as JSON (how the HParams dashboard asks its plugin); the JSON answer."""
     request = urllib.request.Request(url, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=5) as response:
+    with urllib.request.urlopen(request, timeout=REQUEST_S) as response:
         return json.load(response)
 
 

@@ -160,3 +160,15 @@ def test_fused_layers_run_the_op_given_and_those_already_there_are_kept():
     assert fuse_conv_bn(model)[0] is layer and layer.op is conv_bn_reference
     assert model[1] is ours
     assert type(model[2]) is FusedConvBN2d and type(model[3]) is nn.Identity
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-3])
+def test_a_fused_pair_uses_its_batch_norms_eps(eps):
+    torch.manual_seed(0)
+    pair = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, eps=eps)).double()
+    fused = fuse_conv_bn(copy.deepcopy(pair))
+    built = FusedConvBN2d(3, 4, 3, eps=eps, dtype=torch.float64)
+    built.load_state_dict(pair.state_dict())
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64) * 0.01  # a small variance: eps counts
+    for model in (fused, built):
+        torch.testing.assert_close(model(x), pair(x), rtol=1e-10, atol=1e-12)

@@ -77,3 +77,15 @@ def test_poly3_starts_at_the_tutorials_point_and_equals_its_twin():
     _same_with_twins(build, torch.linspace(-3.14, 3.14, 50, dtype=torch.float64))
     assert repr(Poly3(legendre_p3=legendre_p3_reference)) == \
         "Poly3(legendre_p3=legendre_p3_reference)"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_poly3_prints_a_coefficient_below_the_rounding_of_the_largest_as_0(dtype):
+    """What every CPU prints the same: a and c of the tutorial's fit are 0 up to rounding
+    (-3.3e-10 with AVX2 kernels, 4.7e-10 without); 10x the dtype's eps of the largest is not."""
+    eps = torch.finfo(dtype).eps
+    model = Poly3(a=4.7e-10 * eps / 1.2e-7, b=-2.2085, c=-0.9 * eps * 2.2085, d=0.25549,
+                  dtype=dtype)
+    assert model.formula() == "y = 0 + -2.2085 * P3(0 + 0.25549 x)"
+    model = Poly3(a=10 * eps * 2.2085, b=-2.2085, c=0.0, d=0.25549, dtype=dtype)
+    assert model.formula().startswith(f"y = {model.a.item():.5g} + -2.2085")

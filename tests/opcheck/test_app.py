@@ -27,10 +27,13 @@ def refused(train_cli, tmp_path, *args):
     ("returns_none", "it returns NoneType on x, as the mlp calls it; the slot's op (relu) "),
     ("returns_sum", "it returns tensor () float32 on x"),
     ("returns_float64", "it returns tensor (4, 8) float64 on x"),
+    ("returns_one_tuple", "it returns tuple (tensor (4, 8) float32) on x"),
     ("RaisesInBackward", "its backward on x, as the mlp calls it: ValueError: backward:"),
     ("AddOneNoDirty", "wrong for training: x, as the mlp calls it: it changes x in place"),
 ])
 def test_an_op_the_card_refuses_or_that_cannot_run_is_refused(op, says, train_cli, tmp_path):
+    if op == "loops":  # the limits a user meets (README: past 30 s, 300 s for a first call)
+        assert (boundary.LIMIT_S, boundary.FIRST_LIMIT_S) == (30, 300)
     limit = ["op_first_limit_s=0.5"] * (op == "loops")  # a short limit only where it hangs
     line = refused(train_cli, tmp_path, "task=mlp", f"ops.activation={U}{op}", *limit)
     assert line.startswith(f"config error: ops.activation={U}{op}: ") and says in line, line
@@ -61,3 +64,12 @@ def test_an_op_returning_a_tuple_is_refused(train_cli, tmp_path):
     assert "it returns tuple (tensor (16,) float32, tensor (16,) float32, tensor (16,) " \
            "float32) on x, as poly3 calls it; the slot's op (legendre_p3_reference) returns " \
            "tensor (16,) float32" in line
+
+
+def test_compile_true_refuses_an_op_that_cannot_compile_and_runs_one_that_can(train_cli, tmp_path):
+    line = refused(train_cli, tmp_path, "task=mlp", "compile=true", f"ops.activation={U}relu_no_fake")
+    assert f"config error: ops.activation={U}relu_no_fake: unsupported for compiles" in line, line
+    assert "compile=true needs it" in line
+    done = train_cli("task=mlp", f"ops.activation={U}relu_no_fake", "steps=2",
+                     f"hydra.run.dir={tmp_path / 'eager'}")
+    assert done.returncode == 0, done.stderr  # it trains: only compiling it is refused

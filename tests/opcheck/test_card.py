@@ -286,3 +286,12 @@ def test_trains_the_same_needs_a_reference_and_a_slot(capsys, real_rows):
     _, out = card(capsys, "any", EX + "ste:RoundSTE", "--ref", EX + "ste:round_ste_reference",
                   "--shape", "4,8", "--quick")
     assert "n/a                    no slot to train it in (--train-in SLOT" in out
+
+
+def test_the_cost_row_is_ours_over_the_references(capsys, real_rows, monkeypatch):
+    monkeypatch.setattr(cli, "trains", lambda *a, **k: ("n/a", "not trained here"))
+    code, out = card(capsys, "activation", U + "slow_relu", "--quick")
+    assert code == 0, out
+    # 200 more additions each way: 7.7x relu's time (2 loaded cores): > 1 on any CPU, any load
+    times = float(row(out, "cost").split()[2].removesuffix("×"))
+    assert times > 1, row(out, "cost")

@@ -1,21 +1,30 @@
 """The cards docs/ops.md shows are the ones the card prints: every line but the compile row (the
 tests skip torch.compile for time) and the cost row (timings vary); the trains-the-same row up
-to its verdict (the final losses' last digits may vary across CPUs)."""
+to its verdict (the final losses' last digits may vary across CPUs), identical read as the same
+within the seed spread. `python docs/regen.py` rewrites the cards from the commands."""
 
-import re
 import shlex
 from pathlib import Path
 
 import pytest
 
+from docs.regen import quoted
 from fitting.opcheck.cli import main
 
+CARD = "python -m fitting.opcheck "
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "ops.md").read_text()
-CARDS = re.findall(r"```\n\$ python -m fitting\.opcheck ([^\n]+)\n(.+?)\n```", DOC, re.DOTALL)
+CARDS = [(command.removeprefix(CARD), printed) for command, printed in quoted(DOC)
+         if command.startswith(CARD)]
+
+
+# Whether two ops' loss curves are bit-identical depends on the CPU's kernels (MyReLU against
+# torch.relu: identical on one AVX-512 Xeon, the same within the seed spread on another): both
+# pass, and docs/ops.md says either may print.
+SAME = ("identical: every seed's curve is the reference's", "the same within the seed spread")
 
 
 def _comparable(lines: list[str]) -> list[str]:
-    return [line.split(";")[0] if line.startswith("trains the same") else line
+    return [line.split(";")[0].replace(*SAME) if line.startswith("trains the same") else line
             for line in lines if not line.startswith(("compiles", "cost"))]
 
 

@@ -206,6 +206,19 @@ def returns_float64(x):
     return torch.relu(x.double())
 
 
+def returns_one_tuple(x):
+    """A forward written as `return y,` (as a Function's forward may): a 1-tuple, no tensor."""
+    return (torch.relu(x),)
+
+
+def slow_relu(x):
+    """relu, right, at many times its cost: 200 more additions each way."""
+    y = torch.relu(x)
+    for _ in range(200):
+        y = y + 0.0
+    return y
+
+
 class RaisesInBackward(torch.autograd.Function):
     """A right forward; its backward raises."""
 
