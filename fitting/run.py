@@ -3,6 +3,7 @@ check the config, prepare the ops, build task and optimizer, claim the run dir (
 or refused: fitting.rundir), train, report. It raises ConfigError (train.py: exit 2) or
 Stopped(line, exit code): 1 diverged, 74 a write failed, 128 + n stopped by signal n."""
 
+import json
 import logging
 import os
 import signal
@@ -28,7 +29,7 @@ from fitting.opcheck.precheck import precheck
 from fitting.resume import resume_command, resume_config
 from fitting.rundir import WRITE_FAULT, RunDir, fault
 from fitting.slots import describe, source, uses
-from fitting.track.files import NotAFile
+from fitting.track.files import NotAFile, write_atomic
 from fitting.track.report import RESULTS, closing, profiler, results
 from fitting.track.tensorboard import TensorBoard, hparam_values
 

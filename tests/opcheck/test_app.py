@@ -5,6 +5,7 @@ the card fails for such a use, or one that cannot run, is one line, exit 2, and 
 import pytest
 
 from fitting.config import register
+from fitting.opcheck import boundary
 
 U, EX = "tests.opcheck.user_ops:", "docs.examples."
 register()  # the schemas, before train_cli keeps Hydra's state
