@@ -63,21 +63,7 @@ class SlurmLauncher(Submitit):
             said = [line for line in str(err).splitlines() if line.strip()][-1:]
             raise CompactHydraException(f"SLURM refused the sweep's jobs: {''.join(said)}; "
                                         "check hydra.launcher.*") from None
-        returns, problems = [], []
-        for num, overrides, job in zip(nums, job_overrides, jobs, strict=True):
-            name = f"#{num} ({' '.join(filter_overrides(overrides))}, SLURM job {job.job_id})"
-            try:
-                ret = job.results()[0]
-            except submitit.core.utils.UncompletedJobError:
-                problems.append(f"{name}: {job.state}")
-                continue
-            except Exception as err:  # raised outside the run: submitit has the traceback
-                last = [line for line in str(err).splitlines() if line.strip()][-1:]
-                problems.append(f"{name} failed: {''.join(last)} (its log: {job.paths.stderr})")
-                continue
-            if ret.status != JobStatus.COMPLETED:
-                problems.append(f"{name} failed: {ret._return_value}")
-            returns.append(ret)
+        returns, problems = _outcomes(submitit, nums, job_overrides, jobs)
         if problems:
             # Hydra ends the sweep only after every job returned: end it here for the others.
             with contextlib.suppress(SystemExit):  # its exit 1: this line says more
@@ -86,3 +72,23 @@ class SlurmLauncher(Submitit):
             raise JobsNotCompleted(f"{len(problems)} of {len(nums)} jobs did not complete: "
                                    + "; ".join(problems))
         return returns
+
+
+def _outcomes(submitit, nums: range, job_overrides, jobs) -> tuple[list[JobReturn], list[str]]:
+    """Each job's return, and a line for each job that failed or never completed."""
+    returns, problems = [], []
+    for num, overrides, job in zip(nums, job_overrides, jobs, strict=True):
+        name = f"#{num} ({' '.join(filter_overrides(overrides))}, SLURM job {job.job_id})"
+        try:
+            ret = job.results()[0]
+        except submitit.core.utils.UncompletedJobError:
+            problems.append(f"{name}: {job.state}")
+            continue
+        except Exception as err:  # raised outside the run: submitit has the traceback
+            last = [line for line in str(err).splitlines() if line.strip()][-1:]
+            problems.append(f"{name} failed: {''.join(last)} (its log: {job.paths.stderr})")
+            continue
+        if ret.status != JobStatus.COMPLETED:
+            problems.append(f"{name} failed: {ret._return_value}")
+        returns.append(ret)
+    return returns, problems

@@ -45,7 +45,8 @@ class SweepSummary(Callback):
             return
         path = os.path.join(config.hydra.runtime.output_dir, "results.json")  # written whole
         result = json.loads(Path(path).read_bytes()) if os.path.isfile(path) else None
-        said = f"{result['status']}, final loss {result['final_loss']:.6g}" if result else "failed"
+        said = (f"{result['status']}, final loss {result['final_loss']:.6g}"
+                if result and "final_loss" in result else (result or {}).get("status", "failed"))
         n, start = map(float, os.environ.get("FITTING_SWEEP_JOBS", "0 0").split())
         k = config.hydra.job.num + 1
         left = f"; {tqdm.format_interval((time.time() - start) * (n - k) / k)} left in the sweep"
