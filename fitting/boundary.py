@@ -9,7 +9,10 @@ from contextlib import contextmanager
 
 import torch
 
-LIMIT_S = 30.0  # per call: generous for a real op on tiny inputs on a busy 2-core box
+# Seconds per call: generous for a real op on tiny inputs on a busy 2-core box; an op's first
+# call may compile (torch.compile, Triton's JIT). The card's --call-limit, --first-call-limit;
+# the app's limit.call_s, limit.first_call_s.
+LIMITS = {"call": 30.0, "first call": 300.0}
 
 
 class CannotRun(Exception):
@@ -25,20 +28,22 @@ def _expire(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def guarded() -> Iterator[None]:
+def guarded(first: bool = False) -> Iterator[None]:
     """User code inside: a time limit (SIGALRM, main thread; an outer timer, e.g. pytest-timeout's,
-    is put back with its time left), and sys.exit, KeyboardInterrupt, a hang or an exhausted
-    memory as CannotRun."""
+    is put back with its time left; `first`: a first call's), and sys.exit, KeyboardInterrupt, a
+    hang or an exhausted memory as CannotRun."""
     main = threading.current_thread() is threading.main_thread()
+    limit = LIMITS["first call" if first else "call"]
     if main:
         previous = signal.signal(signal.SIGALRM, _expire)
-        outer, interval = signal.setitimer(signal.ITIMER_REAL, LIMIT_S)
+        outer, interval = signal.setitimer(signal.ITIMER_REAL, limit)
         start = time.monotonic()
     try:
         yield
     except _Expired:
-        raise CannotRun(f"it did not return within {LIMIT_S:g} s (the limit per call): "
-                        "an endless loop or a wait?") from None
+        raise CannotRun(f"it did not return within {limit:g} s (the limit "
+                        + ("for a first call, which may compile)" if first else
+                           "per call): an endless loop or a wait?")) from None
     except SystemExit as err:
         raise CannotRun(f"it called sys.exit({err.code!r}); an op returns or raises") from None
     except KeyboardInterrupt:

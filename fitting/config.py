@@ -11,6 +11,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
+from fitting.boundary import LIMITS
 from fitting.slots import SLOTS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # runs go to its outputs/, whatever the cwd
@@ -57,6 +58,12 @@ class Stop:
 
 
 @dataclass
+class Limit:  # seconds a user's op may take per call in its pre-check; a first call may compile
+    call_s: float = LIMITS["call"]
+    first_call_s: float = LIMITS["first call"]
+
+
+@dataclass
 class Config:
     task: Any = MISSING  # {_target_: fitting.tasks.<Task>, ...} from conf/task
     optimizer: Any = MISSING  # {_target_: ..., _partial_: true, ...} from conf/optimizer
@@ -74,6 +81,7 @@ class Config:
     log: Log = field(default_factory=Log)
     ckpt: Ckpt = field(default_factory=Ckpt)
     stop: Stop = field(default_factory=Stop)
+    limit: Limit = field(default_factory=Limit)
     on_nonfinite: str = "stop"  # stop: checkpoint, one line, exit 1; raise: also a traceback
     resume: str | None = None  # a run dir to continue from its checkpoint.pt, in that dir
 
@@ -90,8 +98,8 @@ def check(cfg: Any) -> None:
         if cfg[key] not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {cfg[key]!r}")
     least = {"steps": 1, "threads": 0, "log.every": 1, "ckpt.every": 0, "stop.patience": 0,
-             "stop.rtol": 0, **{f"log.{k}_every": 0 for k in ("hist", "figure", "val", "console",
-                                                               "memory")}}
+             "stop.rtol": 0, "limit.call_s": 1e-3, "limit.first_call_s": 1e-3,
+             **{f"log.{k}_every": 0 for k in ("hist", "figure", "val", "console", "memory")}}
     for key, low in least.items():
         if (value := OmegaConf.select(cfg, key)) is not None and not value >= low:
             raise ConfigError(f"{key} must be >= {low}, got {value}")

@@ -20,6 +20,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from fitting.boundary import LIMITS
 from fitting.checkpoint import Checkpoint, restore
 from fitting.config import ConfigError, check, short
 from fitting.files import write_atomic
@@ -81,11 +82,12 @@ def _prepare_ops(cfg: DictConfig, device: torch.device, dtype: torch.dtype) -> d
     """The model's op in each slot (cfg.task.ops, built by Hydra through fitting.slots.op), a
     user's op pre-checked for the uses this run makes of it; ConfigError if one is refused."""
     ops, needs = {}, uses(_name(cfg.optimizer), cfg.compile)
+    LIMITS.update({"call": cfg.limit.call_s, "first call": cfg.limit.first_call_s})
     for slot in cfg.task.ops:
         choice = _choice(cfg, slot)
         key = f"ops.{slot}={describe(choice)}"
         with _as_config_error():
-            ops[slot] = resolve(slot, choice, key)
+            ops[slot] = resolve(slot, choice, key, device)
         if choice not in ("custom", "builtin"):
             try:
                 precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice, key=key,

@@ -13,6 +13,7 @@ import inspect
 import os
 import pkgutil
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -149,14 +150,17 @@ def load(spec: str) -> Callable:
     return obj
 
 
-def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
+def resolve(slot: str, choice: Any, key: str | None = None, device: Any = None) -> Callable:
     """The function a choice names, built as the config builds it (Hydra's instantiate of
-    {_target_: fitting.slots.op, ...}); OpRefused, one line naming `key`, if it names none."""
+    {_target_: fitting.slots.op, ...}); OpRefused, one line naming `key`, if it names none.
+    On a CPU device, Triton kernels its module defines run under Triton's interpreter."""
     from hydra.utils import instantiate
 
     key = key or f"ops.{slot}={describe(choice)}"
+    if device is not None and torch.device(device).type == "cpu":  # read as @triton.jit runs
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
-        with guarded():  # importing the user's module runs its code
+        with guarded(first=True):  # importing the user's module runs its code
             fn = instantiate({"_target_": "fitting.slots.op", "slot": slot, "choice": choice})
     except Exception as err:  # noqa: BLE001  an import error, a bad _target_, the user's code
         partial = isinstance(choice, dict) and not choice.get("_partial_")
@@ -193,6 +197,9 @@ def line(err: BaseException) -> str:
         err = err.__cause__ or err.__context__
     if isinstance(err, CannotRun):
         return str(err)
+    if "active drivers" in str(err):  # Triton's, for kernels defined without its interpreter
+        return ("Triton finds no GPU here: run its kernels on the CPU under Triton's interpreter "
+                "(TRITON_INTERPRET=1 python ...), set before they are defined")
     lines = [s.strip() for s in str(err).splitlines() if s.strip()]
     where = next((f" ({s})" for s in lines if s.startswith("Caused by:")), "")  # dynamo's
     return f"{type(err).__name__}: {lines[0]}{where}"[:300] if lines else type(err).__name__
@@ -206,13 +213,28 @@ def describe(choice: Any) -> str:
     return f"{choice.get('_target_', '?')}({args})"
 
 
-def source(fn: Callable) -> dict[str, str] | None:
-    """The file that defines `fn` and its sha256 (which version of a user's op ran), or None."""
+def _module(fn: Callable) -> types.ModuleType | None:
+    """The module that defines `fn` (a partial's function, a Function's class)."""
     while isinstance(fn, functools.partial):
         fn = fn.func
     owner = getattr(fn, "__self__", None)  # a Function's .apply
-    module = sys.modules.get(getattr(owner if isinstance(owner, type) else fn, "__module__", ""))
-    path = getattr(module, "__file__", None)
+    return sys.modules.get(getattr(owner if isinstance(owner, type) else fn, "__module__", ""))
+
+
+def interpreted(fn: Callable) -> bool:
+    """Whether fn runs Triton kernels under Triton's interpreter (TRITON_INTERPRET=1): its module,
+    or one it imports a name from, imports triton."""
+    if os.environ.get("TRITON_INTERPRET") != "1" or not (module := _module(fn)):
+        return False
+    near = [module, *(sys.modules.get(str(getattr(v, "__module__", "")))
+                      for v in vars(module).values())]
+    return any(isinstance(v, types.ModuleType) and v.__name__.split(".")[0] == "triton"
+               for m in near if m for v in vars(m).values())
+
+
+def source(fn: Callable) -> dict[str, str] | None:
+    """The file that defines `fn` and its sha256 (which version of a user's op ran), or None."""
+    path = getattr(_module(fn), "__file__", None)
     if not path or not os.path.isfile(path) or path.startswith(os.path.dirname(torch.__file__)):
         return None  # not a file of the user's
     with open(path, "rb") as f:

@@ -16,6 +16,7 @@ OFF = "beyond rtol"  # in the text of every value difference: what an approximat
 TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-7, 1e-7), torch.float16: (1e-3, 1e-3),
        torch.bfloat16: (1.6e-2, 1e-2)}  # rtol, atol: room for a different but right formula
 Finding = tuple[str, str]  # (a RANK status, what was found)
+CALLED: dict[int, Callable] = {}  # the ops called before: a first call may compile (its limit)
 
 
 @dataclass
@@ -107,8 +108,9 @@ def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> Run:
         given[path] = (x, x.detach().clone(), x.grad_fn)
         return x
 
+    first = id(fn) not in CALLED
     try:
-        with guarded():
+        with guarded(first):
             run.raw = call(fn, parts, fresh)
     except Exception as err:
         run.error = ("calling it", err)
@@ -118,12 +120,13 @@ def run_op(fn: Callable, parts, dtype=None, shift: dict | None = None) -> Run:
                    and not torch.allclose(x.detach(), before, 0, 0, equal_nan=True)]  # NaN = NaN
     pairs = [(o, incoming(o, k)) for k, o in enumerate(run.outs) if o.requires_grad]
     try:
-        with guarded():
+        with guarded(first):
             grads = torch.autograd.grad([o for o, _ in pairs], list(run.leaves.values()),
                                         [v for _, v in pairs], allow_unused=True) if pairs else ()
     except Exception as err:
         run.error = ("its backward", err)
         return run
+    CALLED[id(fn)] = fn
     run.grads = dict(zip(run.leaves, [*grads, *[None] * len(run.leaves)], strict=False))
     return run
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from fitting import slots, verdict
+from fitting import boundary, slots, verdict
 from fitting.boundary import CannotRun
 from fitting.opcheck.cost import cost
 from fitting.opcheck.trains import trains
@@ -44,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
     p.add_argument("--backend", default="aot_eager", help="torch.compile backend")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--call-limit", type=float, default=boundary.LIMITS["call"],
+                   help="seconds a call of the op may take (default %(default)g)")
+    p.add_argument("--first-call-limit", type=float, default=boundary.LIMITS["first call"],
+                   help="seconds its first call may take: it may compile (default %(default)g)")
     p.add_argument("--out", type=Path, help="also write the card to OUT/opcheck.md")
     return p
 
@@ -97,7 +101,7 @@ def _setup(args) -> tuple[str, str, verdict.Case]:
     dtype, device = DTYPES[args.dtype], _device(args.device)
     spec, ref_spec = parse_spec(args.spec), parse_spec(args.ref or "builtin")
     key = f"{'any ' if args.slot == 'any' else f'ops.{args.slot}='}{slots.describe(spec)}"
-    fn = slots.resolve(args.slot, spec, key)
+    fn = slots.resolve(args.slot, spec, key, device)
     ref = slots.resolve(args.slot, ref_spec, f"--ref {slots.describe(ref_spec)}") if args.ref \
         else None
     if args.slot == "any":
@@ -130,12 +134,13 @@ def card(case: verdict.Case, args) -> dict[str, list[verdict.Finding]]:
     big = slots.SLOTS[args.slot].samples(*where, big=True)[0] if args.slot != "any" \
         else case.samples[0]
     ref = case.ref if case.ref is not case.fn else slots.SLOTS[slot].twin if slot else case.ref
+    slow = slots.interpreted(case.fn)
     found["cost"] = [cost(case.fn, ref, big, case.names, "the reference" if ref is case.ref
-                          else "the twin", 0.1 if args.quick else 0.3)]
+                          else "the twin", 0.1 if args.quick or slow else 0.3, slow)]
     found["trains the same"] = [
         ("n/a", "no slot to train it in (--train-in SLOT names one)") if not slot else
         ("n/a", "no reference: give --ref") if case.ref is case.fn else
-        trains(slot, case.fn, case.ref, *where, args.quick)]
+        trains(slot, case.fn, case.ref, *where, args.quick, slow)]
     return _approximate(found, case.samples[0][0])
 
 
@@ -171,7 +176,8 @@ def render(title: str, found: dict[str, list[verdict.Finding]], strict: bool) ->
 
 def main(argv: list[str] | None = None) -> int:
     """Run the card from the command line; print it; the exit status."""
-    args = _parser().parse_args(argv)
+    args, limits = _parser().parse_args(argv), dict(boundary.LIMITS)
+    boundary.LIMITS.update({"call": args.call_limit, "first call": args.first_call_limit})
     try:
         key, title, case = _setup(args)
         found = card(case, args)
@@ -181,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     except CannotRun as err:
         print(f"error: {key}: {err}", file=sys.stderr)
         return 2
+    finally:
+        boundary.LIMITS.update(limits)
     text, code = render(title, found, args.strict)
     print(text)
     if args.out:

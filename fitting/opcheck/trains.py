@@ -45,12 +45,14 @@ def curve(cfg, slot: str, fn: Callable, seed: int, steps: int, dtype: torch.dtyp
 
 
 def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
-           quick: bool = False) -> Finding:
-    """The row: identical or the same within the seed spread (pass), or differs (wrong)."""
+           quick: bool = False, interpreted: bool = False) -> Finding:
+    """The row: identical or the same within the seed spread (pass), or differs (wrong); an op
+    under Triton's interpreter, a tenth of the steps (the card's time)."""
     task = SLOTS[slot].task
     with initialize_config_dir(str(REPO_ROOT / "conf"), version_base="1.3"):  # as train.py does
         cfg = compose("config", [f"task={task}", "optimizer=sgd", *PROTOCOL.get(task, [])])
-    seeds, steps = (3, STEPS[task] // 2) if quick else (SEEDS, STEPS[task])
+    seeds, steps = (3, STEPS[task] // (10 if interpreted else 2)) if quick or interpreted \
+        else (SEEDS, STEPS[task])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the models are tiny: a second thread only adds sync cost
     try:
@@ -60,5 +62,6 @@ def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
         torch.set_num_threads(threads)
     verdict, text = trains_same([c[-1] for c in mine], [c[-1] for c in theirs], mine == theirs)
     status = {"identical": "pass", "same": "pass", "differs": "wrong"}.get(verdict, "note")
+    fewer = ", fewer under Triton's interpreter" * interpreted
     return status, f"{text} ({task}: {steps} steps of SGD at lr {cfg.optimizer.lr:g}, seeds " \
-        f"0-{seeds - 1})"
+        f"0-{seeds - 1}{fewer})"
