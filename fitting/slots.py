@@ -13,6 +13,7 @@ import inspect
 import os
 import pkgutil
 import sys
+import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,6 +158,7 @@ def resolve(slot: str, choice: Any, key: str | None = None, device: Any = None) 
     from hydra.utils import instantiate
 
     key = key or f"ops.{slot}={describe(choice)}"
+    late = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
     if device is not None and torch.device(device).type == "cpu":  # read as @triton.jit runs
         os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
@@ -167,6 +169,9 @@ def resolve(slot: str, choice: Any, key: str | None = None, device: Any = None) 
         raise OpRefused(f"{key}: {line(err)}" + "; add _partial_: true" * partial) from None
     if not callable(fn) or isinstance(fn, torch.Tensor):
         raise OpRefused(f"{key}: not a function; give _target_ and _partial_: true")
+    if late and interpreted(fn):  # triton's own kernels (tl.sigmoid) were defined natively
+        raise OpRefused(f"{key}: triton was imported before TRITON_INTERPRET=1 was set, so its "
+                        "kernels cannot run on this CPU: TRITON_INTERPRET=1 python ...")
     return fn
 
 
@@ -193,15 +198,20 @@ def param_names(*fns: Callable) -> list[str]:
 def line(err: BaseException) -> str:
     """`Type: first line` of the innermost cause (the real one under a framework's rethrows);
     a CannotRun's own words."""
+    frames = [f.filename for f in traceback.extract_tb(err.__traceback__)]
     while not isinstance(err, CannotRun) and (err.__cause__ or err.__context__):
         err = err.__cause__ or err.__context__
     if isinstance(err, CannotRun):
         return str(err)
-    if "active drivers" in str(err):  # Triton's, for kernels defined without its interpreter
-        return ("Triton finds no GPU here: run its kernels on the CPU under Triton's interpreter "
-                "(TRITON_INTERPRET=1 python ...), set before they are defined")
+    if "active drivers" in str(err):  # Triton's, where it finds no GPU
+        return "Triton finds no GPU here: " + ("it needs one under its interpreter too" if
+                                               os.environ.get("TRITON_INTERPRET") == "1" else
+                                               "TRITON_INTERPRET=1 python ... runs its kernels "
+                                               "on the CPU (set before they are defined)")
     lines = [s.strip() for s in str(err).splitlines() if s.strip()]
     where = next((f" ({s})" for s in lines if s.startswith("Caused by:")), "")  # dynamo's
+    if any(f.endswith("triton/runtime/interpreter.py") for f in frames):
+        where += " (inside Triton's interpreter, which does not run every kernel: try a GPU)"
     return f"{type(err).__name__}: {lines[0]}{where}"[:300] if lines else type(err).__name__
 
 

@@ -85,12 +85,3 @@ class TritonSwiGLU(torch.autograd.Function):
         _launch(_swiglu_kernel, a, b, dy.contiguous(), da, db, backward=True)
         return da, db
 
-
-def triton_silu(x: torch.Tensor) -> torch.Tensor:
-    """silu(x), x·σ(x), through TritonSiLU."""
-    return TritonSiLU.apply(x)
-
-
-def triton_swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """silu(a)·b elementwise (a and b of one shape), through TritonSwiGLU."""
-    return TritonSwiGLU.apply(a, b)
