@@ -23,6 +23,7 @@ from tests.train.helpers import go, same_weights
     (["task.n_points=1000000000000"], "the task does not fit in memory ("),
     (["task=mlp", "optimizer.lr=1e309"], "optimizer.lr must be a finite number, got inf"),
     (["optimizer.lr=nan"], "optimizer.lr must be a finite number, got nan"),
+    (["limit.first_call_s=0"], "limit.first_call_s must be >= 0.001, got 0"),
 ])
 def test_a_config_error_is_one_line_exit_2_and_leaves_no_run_dir(args, message, tmp_path,
                                                                   train_cli):
@@ -49,7 +50,7 @@ def test_help_lists_the_choices_and_keys(train_cli):
     assert done.returncode == 0
     for text in ("task=cnn|mlp|poly3", "optimizer=adam|gd|lbfgs|lm|newton|sgd",
                  "+experiment=compare_impls|compare_tasks", "log.memory_every", "ckpt.every",
-                 "stop.patience", "resume=<run dir>", "ops.<slot>="):
+                 "stop.patience", "resume=<run dir>", "ops.<slot>=", "limit.first_call_s"):
         assert text in done.stdout
     assert "task_optimizer=" not in done.stdout
 
