@@ -16,6 +16,7 @@ pytestmark = pytest.mark.triton
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = "models.ops.exhibits.triton_ops"
+INPUTS = "tests.ops.triton_inputs"
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
 
 
@@ -109,6 +110,15 @@ def test_the_mlp_trains_with_the_interpreted_silu_as_with_torchs(tmp_path):
     assert abs(mine - theirs) <= 1e-4 * theirs, final  # float32 rounding inside the kernel only
 
 
+@pytest.mark.slow
+def test_the_card_of_the_interpreted_swiglu_passes_against_torch():
+    done = python("-m", "fitting.opcheck", "any", f"{OPS}:TritonSwiGLU", "--ref", f"{INPUTS}:swiglu",
+                  "--inputs", f"{INPUTS}:swiglu_samples", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert row(done.stdout, "training").split()[1] == "pass" and "at float32's precision" in done.stdout
+    assert "compiles         note                   not checked under Triton's interpreter" in done.stdout
+
+
 @CUDA
 def test_the_kernels_run_natively_on_cuda_and_the_card_measures_their_cost():
     code = (f"import torch, {OPS} as ops; x = torch.randn(256, 64, device='cuda', requires_grad=True); "
@@ -123,7 +133,6 @@ def test_the_kernels_run_natively_on_cuda_and_the_card_measures_their_cost():
     assert "× time" in row(done.stdout, "cost") and "interpreter" not in done.stdout
 
 
-LIGER = "tests.ops.liger_inputs"
 
 
 @pytest.mark.slow
@@ -131,7 +140,7 @@ def test_ligers_fused_linear_cross_entropy_is_carded_on_a_cpu():
     pytest.importorskip("liger_kernel", reason="liger-kernel is not installed")
     done = python("-m", "fitting.opcheck", "any",
                   "liger_kernel.transformers.functional:liger_fused_linear_cross_entropy",
-                  "--ref", f"{LIGER}:linear_cross_entropy", "--inputs", f"{LIGER}:samples", "--quick")
+                  "--ref", f"{INPUTS}:linear_cross_entropy", "--inputs", f"{INPUTS}:linear_cross_entropy_samples", "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
     assert row(done.stdout, "training").split()[1] == "pass"
 
@@ -139,7 +148,7 @@ def test_ligers_fused_linear_cross_entropy_is_carded_on_a_cpu():
 def test_a_liger_op_that_fails_inside_the_interpreter_is_one_line_naming_it():
     pytest.importorskip("liger_kernel", reason="liger-kernel is not installed")
     done = python("-m", "fitting.opcheck", "any", "liger_kernel.ops.rms_norm:LigerRMSNormFunction",
-                  "--ref", f"{LIGER}:rms_norm", "--inputs", f"{LIGER}:rms_norm_samples")
+                  "--ref", f"{INPUTS}:rms_norm", "--inputs", f"{INPUTS}:rms_norm_samples")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "error: any liger_kernel.ops.rms_norm:LigerRMSNormFunction: calling it on " \
         "sample 0: AttributeError: 'float' object has no attribute 'to' (inside Triton's interpreter, " \

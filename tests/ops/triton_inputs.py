@@ -1,4 +1,5 @@
-"""Samples and references for carding liger-kernel's ops with `python -m fitting.opcheck any`."""
+"""Samples and references for carding Triton ops with `python -m fitting.opcheck any`: our SwiGLU
+(until the forecast's glu slot names its twin) and liger-kernel's."""
 
 import torch
 import torch.nn.functional as F
@@ -8,7 +9,7 @@ def _random(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).requires_grad_()
 
 
-def samples() -> list:
+def linear_cross_entropy_samples() -> list:
     """x (32, 16), weight (10, 16), target (32,): the forecast's linear head and its loss."""
     target = torch.randint(0, 10, (32,), generator=torch.Generator().manual_seed(2))
     return [((_random(32, 16), _random(10, 16, seed=1), target), {})]
@@ -27,3 +28,13 @@ def rms_norm_samples() -> list:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x / rms(x) · weight."""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def swiglu_samples() -> list:
+    """a, b (8, 32): the gate and the value of a transformer's MLP."""
+    return [((_random(8, 32), _random(8, 32, seed=1)), {})]
+
+
+def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """silu(a) · b."""
+    return F.silu(a) * b
