@@ -220,6 +220,8 @@ def test_an_op_with_arguments_takes_hydras_syntax(capsys):
     ([U + "loops"], "calling it on x, as the mlp calls it: it did not return within 0.5 s (the "
                     "limit for a first call, which may compile)\n"),
     ([U + "sleeps"], "calling it on x, as the mlp calls it: it did not return within 0.5 s"),
+    ([U + "sleeps_after_its_first_call", "--call-limit", "0.5"], "calling it on x, as the mlp "
+     "calls it: it did not return within 0.5 s (the limit per call): an endless loop or a wait?"),
     ([U + "allocates"], "it ran out of memory: [enforce fail"),
     ([U + "returns_none"], "it returns NoneType on x, as the mlp calls it; the slot's op (relu) "
                            "returns tensor (4, 8) float32"),
