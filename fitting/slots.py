@@ -236,9 +236,9 @@ def interpreted(fn: Callable) -> bool:
     or one it imports a name from, imports triton."""
     if os.environ.get("TRITON_INTERPRET") != "1" or not (module := _module(fn)):
         return False
-    near = [module, *(sys.modules.get(str(getattr(v, "__module__", "")))
-                      for v in vars(module).values())]
-    return any(isinstance(v, types.ModuleType) and v.__name__.split(".")[0] == "triton"
+    near = [module, *(v if type(v) is types.ModuleType else sys.modules.get(
+        str(getattr(v, "__module__", ""))) for v in vars(module).values())]
+    return any(type(v) is types.ModuleType and v.__name__.split(".")[0] == "triton"
                for m in near if m for v in vars(m).values())
 
 
