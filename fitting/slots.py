@@ -233,13 +233,13 @@ def _module(fn: Callable) -> types.ModuleType | None:
 
 def interpreted(fn: Callable) -> bool:
     """Whether fn runs Triton kernels under Triton's interpreter (TRITON_INTERPRET=1): its module,
-    or one it imports a name from, imports triton."""
+    or one it imports or takes a name from, imports triton (torch's own, for compile, aside)."""
     if os.environ.get("TRITON_INTERPRET") != "1" or not (module := _module(fn)):
         return False
     near = [module, *(v if type(v) is types.ModuleType else sys.modules.get(
         str(getattr(v, "__module__", ""))) for v in vars(module).values())]
     return any(type(v) is types.ModuleType and v.__name__.split(".")[0] == "triton"
-               for m in near if m for v in vars(m).values())
+               for m in near if m and m.__name__.split(".")[0] != "torch" for v in vars(m).values())
 
 
 def source(fn: Callable) -> dict[str, str] | None:

@@ -64,6 +64,14 @@ def test_importing_the_lab_imports_no_triton():
     assert done.stdout == "[]\n"
 
 
+def test_an_op_of_torch_ops_is_not_taken_for_a_triton_op_once_torch_compile_imported_triton():
+    code = ("import torch, fitting.slots as s, models.ops as o; "
+            "torch.compile(o.relu, backend='aot_eager')(torch.randn(3, requires_grad=True)).sum().backward(); "
+            f"import {OPS} as t; print(s.interpreted(o.relu), s.interpreted(t.TritonSiLU.apply))")
+    done = python("-c", code, interpret="1")
+    assert (done.returncode, done.stdout) == (0, "False True\n"), done.stderr
+
+
 @pytest.mark.slow
 def test_the_card_of_the_interpreted_silu_answers_every_row_and_exits_0():
     done = python("-m", "fitting.opcheck", "activation", f"{OPS}:TritonSiLU", "--ref",
