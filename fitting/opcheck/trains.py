@@ -60,8 +60,8 @@ def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
     finally:
         torch.set_num_threads(threads)
     fewer = ", fewer under Triton's interpreter" * interpreted
-    protocol = f"({task}: {steps} steps of SGD at lr {cfg.optimizer.lr:g}, seeds 0-{seeds - 1}" \
-        f"{fewer})"
+    protocol = f"({task.name}: {steps} steps of SGD at lr {cfg.optimizer.lr:g}, seeds " \
+        f"0-{seeds - 1}{fewer})"
     first, last = (sorted(c[i] for c in theirs)[seeds // 2] for i in (0, -1))  # medians
     if not (finite := all(math.isfinite(c[-1]) for c in theirs)) or not last < first:
         why = "does not learn (its loss does not fall)" if finite else \
