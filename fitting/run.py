@@ -104,7 +104,7 @@ def _prepare_ops(cfg: DictConfig, slots: tuple[str, ...], device: torch.device,
         choice = _choice(cfg, slot)
         key = f"ops.{slot}={describe(choice)}"
         try:  # its one line whole: a pre-check's ends with the card's command
-            ops[slot] = resolve(slot, choice, key)
+            ops[slot] = resolve(slot, choice, key, device)
             if choice not in ("custom", "builtin"):
                 with limits(cfg.op_limit_s, cfg.op_first_limit_s):
                     note = precheck(slot, ops[slot], device=device, dtype=dtype, choice=choice,

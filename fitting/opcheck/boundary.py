@@ -8,6 +8,8 @@ import signal
 import sys
 import threading
 import time
+import traceback
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -164,19 +166,38 @@ def load(spec: str) -> Callable:
     return obj
 
 
-def resolve(slot: str, choice: Any, key: str | None = None) -> Callable:
+def resolve(slot: str, choice: Any, key: str | None = None, device: Any = None) -> Callable:
     """The function a choice names, a {_target_: ...} choice built by Hydra's instantiate, the
-    user's module imported inside the boundary; OpRefused, one line naming `key`, if none."""
+    user's module imported inside the boundary; OpRefused, one line naming `key`, if none.
+    On a CPU device, Triton kernels its module defines run under Triton's interpreter."""
     key = key or f"ops.{slot}={describe(choice)}"
+    late = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
+    if device is not None and torch.device(device).type == "cpu":  # read as @triton.jit runs
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
-        with guarded():  # importing the user's module runs its code
+        with guarded(first=True):  # importing the user's module runs its code
             fn = instantiate({"_target_": f"{__name__}.op", "slot": slot, "choice": choice})
     except Exception as err:  # noqa: BLE001  an import error, a bad _target_, the user's code
         partial = isinstance(choice, dict) and not choice.get("_partial_")
         raise OpRefused(f"{key}: {line(err)}" + "; add _partial_: true" * partial) from None
     if not callable(fn) or isinstance(fn, torch.Tensor):
         raise OpRefused(f"{key}: not a function; give _target_ and _partial_: true")
+    if late and interpreted(fn):  # triton's own kernels (tl.sigmoid) were defined natively
+        raise OpRefused(f"{key}: triton was imported before TRITON_INTERPRET=1 was set, so its "
+                        "kernels cannot run on this CPU: TRITON_INTERPRET=1 python ...")
     return fn
+
+
+def interpreted(fn: Callable) -> bool:
+    """Whether fn runs Triton kernels under Triton's interpreter (TRITON_INTERPRET=1): its module,
+    or one it imports or takes a name from, imports triton (torch's own, for compile, aside)."""
+    module = sys.modules.get(getattr(unwrap(fn)[0], "__module__", ""))
+    if os.environ.get("TRITON_INTERPRET") != "1" or not module:
+        return False
+    near = [module, *(v if type(v) is types.ModuleType else sys.modules.get(
+        str(getattr(v, "__module__", ""))) for v in vars(module).values())]
+    return any(type(v) is types.ModuleType and v.__name__.split(".")[0] == "triton"
+               for m in near if m and m.__name__.split(".")[0] != "torch" for v in vars(m).values())
 
 
 def param_names(*fns: Callable) -> list[str]:
@@ -200,10 +221,18 @@ def param_names(*fns: Callable) -> list[str]:
 def line(err: BaseException) -> str:
     """`Type: first line` of the innermost cause (the real one under a framework's rethrows);
     a CannotRun's own words."""
+    frames = [f.filename for f in traceback.extract_tb(err.__traceback__)]
     while not isinstance(err, CannotRun) and (err.__cause__ or err.__context__):
         err = err.__cause__ or err.__context__
     if isinstance(err, CannotRun):
         return str(err)
+    if "active drivers" in str(err):  # Triton's, where it finds no GPU
+        return "Triton finds no GPU here: " + ("it needs one under its interpreter too" if
+                                               os.environ.get("TRITON_INTERPRET") == "1" else
+                                               "TRITON_INTERPRET=1 python ... runs its kernels "
+                                               "on the CPU (set before they are defined)")
     lines = [s.strip() for s in str(err).splitlines() if s.strip()]
     where = next((f" ({s})" for s in lines if s.startswith("Caused by:")), "")  # dynamo's
+    if any(f.endswith("triton/runtime/interpreter.py") for f in frames):
+        where += " (inside Triton's interpreter, which does not run every kernel: try a GPU)"
     return f"{type(err).__name__}: {lines[0]}{where}"[:300] if lines else type(err).__name__

@@ -101,7 +101,7 @@ def _setup(args) -> tuple[str, str, verdict.Case]:
     dtype, device = DTYPES[args.dtype], _device(args.device)
     spec, ref_spec = parse_spec(args.spec), parse_spec(args.ref or "builtin")
     key = f"{'any ' if args.slot == 'any' else f'ops.{args.slot}='}{slots.describe(spec)}"
-    fn = resolve(args.slot, spec, key)
+    fn = resolve(args.slot, spec, key, device)
     ref = resolve(args.slot, ref_spec, f"--ref {slots.describe(ref_spec)}") if args.ref \
         else None
     if args.slot == "any":
@@ -134,11 +134,12 @@ def card(case: verdict.Case, args) -> dict[str, list[verdict.Finding]]:
     big = slots.SLOTS[args.slot].samples(*where, big=True)[0] if args.slot != "any" \
         else case.samples[0]
     ref = case.ref if case.ref is not case.fn else slots.SLOTS[slot].twin if slot else case.ref
+    slow = boundary.interpreted(case.fn)
     found["cost"] = row(cost, case.fn, ref, big, case.names, "the reference" if ref is case.ref
-                        else "the twin", 0.1 if args.quick else 0.3)
+                        else "the twin", 0.1 if args.quick or slow else 0.3, slow)
     found["trains the same"] = [("n/a", "no slot to train it in (--train-in SLOT names one)")
                                 ] if not slot else [("n/a", "no reference: give --ref")] \
-        if case.ref is case.fn else row(trains, slot, case.fn, case.ref, *where, args.quick)
+        if case.ref is case.fn else row(trains, slot, case.fn, case.ref, *where, args.quick, slow)
     return _approximate(found, case.samples[0][0])
 
 

@@ -39,8 +39,9 @@ def measure(fn: Callable, sample: Sample, names: list[str], seconds: float) -> d
 
 
 def cost(fn: Callable, ref: Callable, sample: Sample, names: list[str], against: str,
-         seconds: float = 0.3) -> Finding:
-    """The cost row: fn's figures against ref's, ratios first."""
+         seconds: float = 0.3, interpreted: bool = False) -> Finding:
+    """The cost row: fn's figures against ref's, ratios first (no time ratio for an op under
+    Triton's interpreter: its time is the interpreter's)."""
     a, b = (measure(f, sample, names, seconds) for f in (fn, ref))
 
     def ratio(key: str) -> str:
@@ -50,6 +51,10 @@ def cost(fn: Callable, ref: Callable, sample: Sample, names: list[str], against:
         return f"{a[key] / 1024:.1f} KiB vs {b[key] / 1024:.1f} KiB"
 
     time = " vs ".join(f"{m['median'] * 1e6:.1f} µs (IQR {m['iqr'] * 1e6:.1f})" for m in (a, b))
+    if interpreted:
+        return "measured", (f"under Triton's interpreter, whose time is not the kernel's (no time "
+                            f"ratio: run it on a GPU), on {sample[0]}: forward+backward median "
+                            f"{time}; saved for backward {kib('saved')} ({ratio('saved')})")
     peak = f"tensor peak {kib('peak')} ({ratio('peak')})" if a["peak"] is not None else \
         "no tensor peak on the cpu"
     return "measured", (f"{ratio('median')} time, {ratio('saved')} saved of {against}'s, on "

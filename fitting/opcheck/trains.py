@@ -42,13 +42,15 @@ def curve(cfg, ops: dict[str, Callable], seed: int, steps: int, dtype: torch.dty
 
 
 def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
-           quick: bool = False) -> Finding:
-    """The row: identical or the same within the seed spread (pass), or differs (wrong)."""
+           quick: bool = False, interpreted: bool = False) -> Finding:
+    """The row: identical or the same within the seed spread (pass), or differs (wrong); an op
+    under Triton's interpreter, a tenth of the steps (the card's time)."""
     task = next(t for t in TASKS.values() if slot in t.slots)  # the smallest that calls it
     register()
     with initialize_config_dir(str(REPO_ROOT / "conf"), version_base="1.3"):  # as train.py does
         cfg = compose("config", [f"task={task.name}", "optimizer=sgd", *task.card[1]])
-    seeds, steps = (3, task.card[0] // 2) if quick else (SEEDS, task.card[0])
+    seeds, steps = (3, task.card[0] // (10 if interpreted else 2)) if quick or interpreted \
+        else (SEEDS, task.card[0])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the models are tiny: a second thread only adds sync cost
     try:
@@ -57,7 +59,9 @@ def trains(slot: str, fn: Callable, ref: Callable, dtype: torch.dtype, device,
                          for s in range(seeds)] for f in (fn, ref))
     finally:
         torch.set_num_threads(threads)
-    protocol = f"({task.name}: {steps} steps of SGD at lr {cfg.optimizer.lr:g}, seeds 0-{seeds-1})"
+    fewer = ", fewer under Triton's interpreter" * interpreted
+    protocol = f"({task.name}: {steps} steps of SGD at lr {cfg.optimizer.lr:g}, seeds " \
+        f"0-{seeds - 1}{fewer})"
     first, last = (sorted(c[i] for c in theirs)[seeds // 2] for i in (0, -1))  # medians
     if not (finite := all(math.isfinite(c[-1]) for c in theirs)) or not last < first:
         why = "does not learn (its loss does not fall)" if finite else \

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from fitting.opcheck.boundary import CannotRun, form, guarded, line, param_names
+from fitting.opcheck.boundary import CannotRun, form, guarded, interpreted, line, param_names
 from fitting.opcheck.verdict import (
     TOL,
     Case,
@@ -213,6 +213,8 @@ def compiles(case: Case, backend: str = "aot_eager") -> list[Finding]:
     """torch.compile: outputs and gradients as eager's; a graph break (fullgraph=True fails,
     torch.compile as compile=true runs it works) is a note."""
     parts, found = case.parts(), []
+    if interpreted(case.fn):
+        return [("note", "not checked under Triton's interpreter (TRITON_INTERPRET=1)")]
     for fullgraph in (True, False):
         what = f"torch.compile(fullgraph={fullgraph}, backend={backend})"
         torch.compiler.reset()

@@ -220,6 +220,8 @@ def test_an_op_with_arguments_takes_hydras_syntax(capsys):
                     "within 0.5 s (the limit of a first call, which may compile"),
     ([U + "sleeps"], "calling it on x, as the mlp calls it: its first call did not return "
                      "within 0.5 s"),
+    ([U + "sleeps_after_its_first_calls", "--limit", "0.5"], ": it did not return within 0.5 s "
+     "(the limit per call, after the first: --limit, op_limit_s): an endless loop or a wait?"),
     ([U + "allocates"], "it ran out of memory: [enforce fail"),
     ([U + "returns_none"], "it returns NoneType on x, as the mlp calls it; the slot's op (relu) "
                            "returns tensor (4, 8) float32"),

@@ -183,6 +183,14 @@ def sleeps(x):
     return x
 
 
+def sleeps_after_its_first_calls(x, _calls=[]):  # noqa: B006  the calls of this process
+    """Returns relu(x) on its first two calls (the card's, each with the first call's limit: the
+    shape check, the first sample), waits an hour on the next."""
+    _calls.append(1)
+    time.sleep(3600 * (len(_calls) > 2))
+    return torch.relu(x)
+
+
 def allocates(x):
     """Asks for far more memory than any machine has (2**45 floats: 128 TiB)."""
     return torch.empty(2**45, dtype=x.dtype, device=x.device)[: x.numel()].view_as(x)
