@@ -191,7 +191,7 @@ def _train(cfg: DictConfig, out: Path, built: tuple[Any, Any, Any], state: State
                     f"{cfg.steps} steps; {last(ckpt)}")
             previous = signals.previous.get(signal.SIGUSR2)
             if signals.signum == signal.SIGUSR2 and callable(previous):
-                log.info("%s; handing over to submitit, which requeues the job", said)
+                log.warning("%s; handing over to submitit, which requeues the job", said)
                 signals.__exit__()  # submitit's handlers back: its requeue's SIGTERM is its own
                 previous(signal.SIGUSR2, None)  # submitit's: it requeues the job
             raise Stopped(said, 128 + signals.signum)
