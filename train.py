@@ -25,7 +25,7 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from fitting.config import Config, ConfigError, register, short  # noqa: E402
+from fitting.config import ConfigError, misspelled, register, short  # noqa: E402
 
 register()  # the schema and resolvers conf/ needs, before Hydra composes (its jobs inherit them)
 
@@ -57,26 +57,6 @@ def main(cfg: DictConfig) -> float:
             sys.exit(code)
         failed(hydra.runtime.output_dir, message, code, err)
     return float("nan")
-
-
-def misspelled(args: list[str]) -> str | None:
-    """A run-level key the config has not, with the closest it has (Hydra's error offers only
-    `+step=`): `unknown key step: did you mean steps?`. task.* and optimizer.* are Hydra's."""
-    from difflib import get_close_matches
-
-    from omegaconf import OmegaConf
-
-    for key in (a.partition("=")[0] for a in args if "=" in a and a[0] not in "+~-"):
-        node, done = OmegaConf.structured(Config), ""
-        for part in key.split("."):
-            if part not in (keys := [str(k) for k in node.keys()]):
-                close = get_close_matches(part, keys, n=1)
-                return f"unknown key {key}" + (f": did you mean {done}{close[0]}?" if close else
-                                               " (python train.py --help lists the keys)")
-            if OmegaConf.is_missing(node, part) or not OmegaConf.is_dict(node[part]):
-                break
-            node, done = node[part], f"{done}{part}."
-    return None
 
 
 if __name__ == "__main__":

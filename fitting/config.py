@@ -5,6 +5,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, make_dataclass
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,19 @@ def register() -> None:
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
+
+
+def misspelled(args: list[str]) -> str | None:
+    """A run-level key the config has not, with the closest it has (Hydra's error offers only
+    `+step=`): `unknown key step: did you mean steps?`. task.* and optimizer.* are Hydra's."""
+    for key in (a.partition("=")[0] for a in args if "=" in a and a[0] not in "+~-"):
+        node, done = OmegaConf.structured(Config), ""
+        for part in key.split("."):
+            if part not in (keys := [str(k) for k in node.keys()]):
+                close = get_close_matches(part, keys, n=1)
+                return f"unknown key {key}" + (f": did you mean {done}{close[0]}?" if close else
+                                               " (python train.py --help lists the keys)")
+            if OmegaConf.is_missing(node, part) or not OmegaConf.is_dict(node[part]):
+                break
+            node, done = node[part], f"{done}{part}."
+    return None
