@@ -184,9 +184,8 @@ def train(run: Training) -> None:
                 run.scheduler.step()
             state.record(closure.loss, time.perf_counter() - t0, read, rtol, cfg.stop.patience)
             last = state.converged or run.signals.stopping() or state.step == steps
-            if read:
-                state.saved_bytes = closure.saved_bytes
             if read or last:  # a logged step: the last one too, whatever stopped the run
+                state.saved_bytes = closure.saved_bytes or state.saved_bytes  # counted if read
                 run.tb.scalars(step, _scalars(run, closure, ms, lr, peak, named))
                 if peak is not None:
                     next_peak = (step // memory_every + 1) * memory_every
