@@ -131,10 +131,10 @@ def card(case: verdict.Case, args) -> dict[str, list[verdict.Finding]]:
     found["torch.library"] = row(library_opcheck, case.fn, case.samples[0])
     slot = args.train_in or (args.slot if args.slot != "any" else None)
     where = DTYPES[args.dtype], torch.device(args.device)
-    big = slots.SLOTS[args.slot].samples(*where, big=True)[0] if args.slot != "any" \
-        else case.samples[0]
+    slow = boundary.interpreted(case.fn)  # timed on the card's own sample: the model's size
+    big = slots.SLOTS[args.slot].samples(*where, big=True)[0] if args.slot != "any" and \
+        not slow else case.samples[0]  # would take the interpreter minutes a call
     ref = case.ref if case.ref is not case.fn else slots.SLOTS[slot].twin if slot else case.ref
-    slow = boundary.interpreted(case.fn)
     found["cost"] = row(cost, case.fn, ref, big, case.names, "the reference" if ref is case.ref
                         else "the twin", 0.1 if args.quick or slow else 0.3, slow)
     found["trains the same"] = [("n/a", "no slot to train it in (--train-in SLOT names one)")
