@@ -105,6 +105,16 @@ def test_a_planted_figure_link_is_replaced_not_followed(tmp_path, train_cli):
     assert precious.read_bytes() == b"mine" and not (out / "fit_step000005.png").is_symlink()
 
 
+def test_a_planted_profile_trace_link_is_replaced_not_followed(tmp_path, train_cli):
+    precious, out = tmp_path / "precious.json", tmp_path / "run"
+    precious.write_text("mine")
+    out.mkdir()
+    (out / "profile.pt.trace.json").symlink_to(precious)
+    assert train_cli("steps=6", "profile=true", f"hydra.run.dir={out}").returncode == 0
+    assert precious.read_text() == "mine" and not (out / "profile.pt.trace.json").is_symlink()
+    assert '"traceEvents"' in (out / "profile.pt.trace.json").read_text()
+
+
 @pytest.mark.parametrize("name", ["checkpoint.pt", "results.json", ".hydra", "train.log"])
 def test_a_dir_or_link_where_a_file_belongs_is_refused_and_nothing_changes(name, planted, tmp_path,
                                                                            train_cli):
