@@ -49,7 +49,9 @@ def write_report(runs: list, root: str, out: str) -> str:
 
     pair(runs)
     os.makedirs(out, exist_ok=True)
-    said, verdicts = write_differences(runs, out), verdict_lines(runs)
+    png = os.path.join(out, "compare.png")
+    write_atomic(png, lambda f: figure(runs).savefig(f, format="png"))
+    said, verdicts = write_differences(runs, out, png), verdict_lines(runs)
     md = (f"# Comparison of `{shown(root)}`\n\n## Runs\n\n{runs_table(runs)}\n\n"
           f"## Pairs\n\n{pairs_table(runs)}\n")
     if said:
@@ -58,7 +60,6 @@ def write_report(runs: list, root: str, out: str) -> str:
     if verdicts:
         md += f"\n## Trains the same?\n\n{RULE}\n\n" + "".join(f"- {v}\n" for v in verdicts)
     md += f"\n## Notes\n\n{NOTES}\n\n![comparison](compare.png)\n"
-    write_atomic(os.path.join(out, "compare.png"), lambda f: figure(runs).savefig(f, format="png"))
     write_atomic(os.path.join(out, "compare.md"), md.encode("utf-8"))
     undone = [f"did not complete: {job(run)} {run.status}" + (  # a failed job: train.py's line
         f" (exit {run.result['exit']}): {run.result.get('reason')}" if "exit" in run.result else "")

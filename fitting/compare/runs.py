@@ -232,9 +232,12 @@ def terminal_table(runs: list[RunRecord], width: int = 100) -> str:
             caps[caps.index(max(caps))] -= 1
 
 
-def write_differences(runs: list[RunRecord], out: str) -> list[str]:
-    """Write `out`/differences: a DIFF_TAG run per pair; say what each line shows, in words."""
+def write_differences(runs: list[RunRecord], out: str, png: str) -> list[str]:
+    """Write `out`/differences: a DIFF_TAG run per pair, and `png` (compare.png) as the image
+    compare/runs; say what each line shows, in words."""
+    from matplotlib.image import imread
     from tensorboard.summary import Writer  # TensorBoard's own writer of event files
+    from torch.utils.tensorboard import SummaryWriter
 
     lines = []
     with tempfile.TemporaryDirectory() as tmp:  # TensorBoard writes only to UTF-8 paths
@@ -251,6 +254,9 @@ def write_differences(runs: list[RunRecord], out: str) -> list[str]:
                 for step, value in zip(steps.tolist(), gap.tolist(), strict=True):
                     writer.add_scalar(DIFF_TAG, value, step, description=said)
                 writer.close()
-        os.makedirs(staged, exist_ok=True)  # no pairs: an empty differences/
+        # Each experiment on its own axes (a 17-step newton run readable beside 2000-step ones),
+        # first on Time Series' page: its group, compare/, sorts before loss/.
+        with SummaryWriter(os.path.join(staged, "compare")) as writer:
+            writer.add_image("compare/runs", imread(png)[..., :3], 0, dataformats="HWC")
         replace_dir(os.path.join(out, "differences"), staged)
     return lines

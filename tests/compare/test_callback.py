@@ -54,7 +54,7 @@ def test_one_table_the_verdicts_the_jobs_that_did_not_complete_and_one_tensorboa
     assert rest.endswith(f"compare.md, compare.png: {tmp_path} "
                          f"did not complete: #2 failed did not complete: #3 running or killed "
                          f"tensorboard --logdir {tmp_path}")
-    assert len(glob.glob(str(tmp_path / "differences" / "*" / "events.out.tfevents.*"))) == 2
+    assert len(glob.glob(str(tmp_path / "differences" / "*" / "events.out.tfevents.*"))) == 3  # 2 pairs, compare.png
     md = (tmp_path / "compare.md").read_text()  # the full names, the verdict, each difference
     assert "| `2_a=custom,seed=1` | activation=custom |" in md
     assert "- activation=custom [#0 #2] vs builtin [#1 #3]: no spread to judge" in md

@@ -123,6 +123,8 @@ def test_files_go_to_out_and_nothing_into_the_runs_dir(compared, sweep):
                            f"tensorboard --logdir {sweep}\n")
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
     assert sorted(os.listdir(out)) == ["compare.md", "compare.png", "differences"]
+    shown_in_tensorboard = EventAccumulator(str(out / "differences" / "compare")).Reload()
+    assert shown_in_tensorboard.Tags()["images"] == ["compare/runs"]  # compare.png, first
 
 
 def test_difference_runs_say_identical_and_missing(tmp_path):
@@ -136,7 +138,7 @@ def test_difference_runs_say_identical_and_missing(tmp_path):
     assert "2_other − 1_ref: max |Δ| 1" in text
     assert "3_none − 1_ref: missing (no step logged by both)" in text
     assert sorted(os.listdir(tmp_path / "differences")) == ["0_same_minus_1_ref",
-                                                            "2_other_minus_1_ref"]
+                                                            "2_other_minus_1_ref", "compare"]
     acc = EventAccumulator(str(tmp_path / "differences" / "2_other_minus_1_ref"))
     acc.Reload()
     diff = [float(make_ndarray(e.tensor_proto)) for e in acc.Tensors(DIFF_TAG)]
@@ -151,7 +153,7 @@ def test_a_non_utf8_dir_name(tmp_path, capsys):
     assert report.main([os.fsdecode(root)]) == 0
     assert "\n#0     my_ops:mine " in capsys.readouterr().out
     assert "| `0_a=??` |" in (tmp_path / "compare.md").read_text()
-    assert os.listdir(tmp_path / "differences") == ["0_a=_minus_1_a=builtin"]
+    assert sorted(os.listdir(tmp_path / "differences")) == ["0_a=_minus_1_a=builtin", "compare"]
 
 
 def test_a_failed_write_leaves_the_old_files_whole(tmp_path, monkeypatch):

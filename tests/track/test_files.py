@@ -57,7 +57,7 @@ def sweep(tmp_path):
         write_run(tmp_path / f"{2 * seed + 1}_ref", seed=seed, activation="builtin")
     report.report(str(tmp_path))
     before = runs_in(tmp_path / "differences")
-    assert len(before) == 3 and all(len(names) == 1 for names in before.values())
+    assert len(before) == 4 and all(len(names) == 1 for names in before.values())
     return tmp_path, before
 
 
