@@ -145,8 +145,9 @@ def load(spec: str) -> Callable:
     mine = next((p for p in (f"{top}.py", f"{top}/__init__.py") if os.path.isfile(p)), None)
     loaded = getattr(sys.modules.get(top), "__file__", None)
     if mine and loaded and not os.path.samefile(mine, loaded):  # the lab's package wins
-        raise ValueError(f"{spec}: your {os.path.abspath(mine)} is hidden by the lab's package "
-                         f"{top}; rename it (e.g. my_{top}.py) and name the new module")
+        owner = "the lab's package" if top in ("models", "fitting") else "the module imported as"
+        raise ValueError(f"{spec}: your {os.path.abspath(mine)} is hidden by {owner} {top}; "
+                         f"rename it (e.g. my_{top}.py) and name the new module")
     sys.path.insert(0, cwd)
     try:
         obj = pkgutil.resolve_name(spec)
@@ -172,7 +173,8 @@ def resolve(slot: str, choice: Any, key: str | None = None, device: Any = None) 
     On a CPU device, Triton kernels its module defines run under Triton's interpreter."""
     key = key or f"ops.{slot}={describe(choice)}"
     late = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
-    if device is not None and torch.device(device).type == "cpu":  # read as @triton.jit runs
+    if choice not in ("custom", "builtin") and device is not None and \
+            torch.device(device).type == "cpu":  # a user's module: read as its @triton.jit runs
         os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
         with guarded(first=True):  # importing the user's module runs its code
