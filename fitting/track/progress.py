@@ -1,6 +1,6 @@
-"""Progress of a run: steps done, rate and time left. One updating tqdm line on a terminal; a
-plain log line every 10 % of the steps in the run's log file, and on anything that is not a
-terminal (a SLURM job's output) but a sweep's console, which has a line per job instead."""
+"""Progress of a run: steps done, rate and time left. One updating tqdm line for a single run on
+a terminal; a plain line every 10 % of the steps in the run's log file (Hydra's job log), never
+on a console that is not a terminal nor on a sweep's, which has a line per job instead."""
 
 import logging
 import sys
@@ -17,8 +17,8 @@ LINE = "{n_fmt}/{total_fmt} steps ({percentage:.0f}%), {rate_fmt}, {remaining} l
 
 
 class Progress(AbstractContextManager):
-    """Progress over steps `initial`..`total`, on `file` (default stderr) if it is a terminal,
-    else through logging. `update` costs an int comparison on most steps: no device sync."""
+    """Progress over steps `initial`..`total`: a bar on `file` (default stderr) if it is a
+    terminal, lines in the log files. `update` costs an int comparison on most steps."""
 
     def __init__(self, total: int, initial: int = 0, file: TextIO | None = None) -> None:
         file = sys.stderr if file is None else file
@@ -46,10 +46,6 @@ class Progress(AbstractContextManager):
             line = tqdm.format_meter(done, self.total, time.monotonic() - self.start,
                                      initial=self.initial, unit="step", bar_format=LINE,
                                      postfix=self.loss)
-            if self.bar is None:  # in a sweep, the console shows only warnings (its callback)
-                log.info(line)
-                return
-            # The terminal has the bar: the run's log files (Hydra's job log) get the line.
             record = log.makeRecord(log.name, logging.INFO, __file__, 0, line, None, None)
             for handler in logging.getLogger().handlers:
                 if isinstance(handler, logging.FileHandler):

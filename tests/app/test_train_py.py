@@ -130,6 +130,9 @@ def test_a_run_names_its_dir_first_and_its_console_has_no_prefix_nor_profiler_li
     assert [line for line in lines if re.match(r"\[|USDT|STAGE|\[W", line)
             or "CPUAllocator" in line] == []
     assert any(line.startswith("profile of steps 2-4: ") for line in lines)
+    # Not a terminal: no progress lines on the console; the run's log file has them.
+    assert not [line for line in lines if re.match(r"\d+/6 steps", line)]
+    assert "6/6 steps (100%)" in (out / "train.log").read_text()
 
 
 def test_resume_of_a_sweeps_dir_names_its_runs(tmp_path, train_cli):

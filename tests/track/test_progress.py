@@ -1,11 +1,13 @@
-"""Progress as a user sees it: plain lines with rate and time left in a log (not a terminal),
-one updating tqdm line on a terminal."""
+"""Progress as a user sees it: plain lines with rate and time left in the run's log file, one
+updating tqdm line for a single run on a terminal, nothing on any other console."""
 
 from __future__ import annotations
 
 import io
 import logging
 import re
+
+import pytest
 
 from fitting.track.progress import Progress
 
@@ -15,25 +17,36 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_plain_lines_every_tenth_with_rate_and_time_left(caplog):
+@pytest.fixture
+def job_log(tmp_path):
+    """The run's log file, as Hydra's job logging adds it: its lines, read after the run."""
+    handler = logging.FileHandler(tmp_path / "train.log")
+    logging.getLogger().addHandler(handler)
+    yield lambda: (tmp_path / "train.log").read_text().splitlines()
+    logging.getLogger().removeHandler(handler)
+    handler.close()
+
+
+def test_plain_lines_every_tenth_in_the_log_file_none_on_a_console_not_a_terminal(
+        job_log, caplog):
+    console = io.StringIO()  # a pipe, a SLURM job's output
     with caplog.at_level(logging.INFO, logger="fitting.track.progress"):
-        with Progress(200, file=io.StringIO()) as progress:
+        with Progress(200, file=console) as progress:
             for done in range(1, 201):
                 progress.update(done, loss=1.5 if done == 100 else None)
-    lines = [r.getMessage() for r in caplog.records]
+    assert console.getvalue() == "" and caplog.records == []
+    lines = job_log()
     assert len(lines) == 10
     assert re.fullmatch(r"20/200 steps \(10%\), [\d.]+step/s, \d\d:\d\d left", lines[0])
     assert lines[4].startswith("100/200 steps (50%)") and lines[4].endswith(", loss 1.5")
     assert lines[-1].startswith("200/200 steps (100%)")
 
 
-def test_a_resumed_run_counts_from_where_it_was(caplog):
-    with caplog.at_level(logging.INFO, logger="fitting.track.progress"):
-        with Progress(100, initial=50, file=io.StringIO()) as progress:
-            for done in range(51, 101):
-                progress.update(done)
-    lines = [r.getMessage() for r in caplog.records]
-    assert [line.split()[0] for line in lines] == ["60/100", "70/100", "80/100", "90/100",
+def test_a_resumed_run_counts_from_where_it_was(job_log):
+    with Progress(100, initial=50, file=io.StringIO()) as progress:
+        for done in range(51, 101):
+            progress.update(done)
+    assert [line.split()[0] for line in job_log()] == ["60/100", "70/100", "80/100", "90/100",
                                                    "100/100"]
 
 

@@ -34,15 +34,22 @@ def lines(caplog: pytest.LogCaptureFixture, name: str = "fitting.run") -> list[s
 
 def test_the_default_run_is_the_tutorial(tmp_path, caplog):
     caplog.set_level(logging.INFO)
-    out = tmp_path / "run"
-    loss = go(out)
+    out, job_log = tmp_path / "run", logging.FileHandler(tmp_path / "train.log")
+    logging.getLogger().addHandler(job_log)  # as Hydra's job logging does
+    try:
+        loss = go(out)
+    finally:
+        logging.getLogger().removeHandler(job_log)
+        job_log.close()
     assert f"{loss:.6g}" == "8.94364"
     said = "\n".join(lines(caplog))
     assert "final loss 8.94364 after 2000 steps" in said
     assert said.count("final") == 1
     assert float_data_optimum(said.splitlines()) == pytest.approx(8.81716753217, rel=OPTIMUM_RTOL)
     assert f"view it: tensorboard --logdir {out}" in said
-    progress = lines(caplog, "fitting.track.progress")  # not a terminal: plain lines
+    assert not lines(caplog, "fitting.track.progress")  # not a terminal: no progress there
+    progress = [line for line in (tmp_path / "train.log").read_text().splitlines()
+                if re.match(r"\d+/2000 steps", line)]  # the log file has them
     assert len(progress) == 10 and progress[-1].startswith("2000/2000 steps (100%)")
     assert all("step/s" in p and "left" in p for p in progress)
     done = results(out)
