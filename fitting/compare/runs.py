@@ -13,7 +13,7 @@ import yaml
 
 from fitting.slots import describe
 from fitting.track.files import replace_dir
-from fitting.track.tensorboard import DIFF_TAG
+from fitting.track.tensorboard import DIFF_LAYOUT, DIFF_TAG
 
 DONE = ("completed", "converged")  # results.json's statuses of a job that ran to its end
 # Every scalar; one image and histogram per tag (reading them is the cost, keeping them memory).
@@ -258,5 +258,7 @@ def write_differences(runs: list[RunRecord], out: str, png: str) -> list[str]:
         # first on Time Series' page: its group, compare/, sorts before loss/.
         with SummaryWriter(os.path.join(staged, "compare")) as writer:
             writer.add_image("compare/runs", imread(png)[..., :3], 0, dataformats="HWC")
+            if len(os.listdir(staged)) > 1:  # a pair's line beside compare/
+                writer.add_custom_scalars(DIFF_LAYOUT)
         replace_dir(os.path.join(out, "differences"), staged)
     return lines

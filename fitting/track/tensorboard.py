@@ -27,8 +27,10 @@ METRICS = ("loss/train", "time/step_ms_median", "memory/saved_bytes")
 DIFF_TAG = "loss/diff_train"
 # log10 of loss/train: its decades apart on TensorBoard's linear axis, beside loss/train.
 LOG10_TAG = "loss/log10_train"
-# Not the opt-in memory/peak_bytes: an empty chart would read as "missing" in every run.
-COST_TAGS = ("time/step_ms", "time/step_ms_median", "memory/saved_bytes", "memory/peak_rss_bytes")
+# The same on a log step axis, x = 1000·log10(step + 1) (TensorBoard's is linear): 1000 is step
+# 9, 2000 step 99, 3000 step 999, so a 17-step newton run spans a third of a 2000-step one's.
+LOG_STEP_TAG = "loss/log10_train_vs_log10_step"
+COST_TAGS = ("time/step_ms", "time/step_ms_median", "memory/saved_bytes")
 
 
 def _chart(*tags: str) -> list:
@@ -36,18 +38,21 @@ def _chart(*tags: str) -> list:
     return ["Multiline", [f"^{re.escape(tag)}$" for tag in tags]]
 
 
-# train and val apart: each chart has one line per run, so identical runs share one line.
+# train and val apart: each chart has one line per run, so identical runs share one line. No
+# chart without a line: loss/val's joins on the first validation (poly3 has none), the
+# mine − reference chart comes with fitting.compare's difference runs.
 LAYOUT = {
-    "loss": {
-        "log10 loss/train, every run": _chart(LOG10_TAG),
-        "loss/train, mine − reference (a line at 0 = identical; no line = no pair compared)":
-            _chart(DIFF_TAG),
-        "loss/train, every run": _chart("loss/train"),
-        "loss/val, every run": _chart("loss/val"),
-    },
-    "cost per step": {tag: _chart(tag) for tag in COST_TAGS},
+    "loss": {"log10 loss/train, every run": _chart(LOG10_TAG),
+             "log10 loss/train against 1000·log10(step + 1)": _chart(LOG_STEP_TAG),
+             "loss/train, every run": _chart("loss/train")},
+    "cost per step": {**{tag: _chart(tag) for tag in COST_TAGS},  # a plain sweep's jobs: no RSS
+                      "memory/peak_rss_bytes, else peak_bytes":
+                          _chart("memory/peak_rss_bytes", "memory/peak_bytes")},
     "optimizer": {"optim/grad_norm": _chart("optim/grad_norm")},
 }
+VAL_LAYOUT = {**LAYOUT, "loss": {**LAYOUT["loss"], "loss/val, every run": _chart("loss/val")}}
+DIFF_LAYOUT = {"loss": {"loss/train, mine − reference (a line at 0 = identical)":
+                        _chart(DIFF_TAG)}}
 
 
 class TensorBoard(AbstractContextManager):
@@ -62,6 +67,7 @@ class TensorBoard(AbstractContextManager):
         self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step, max_queue=1000,
                                     flush_secs=2)
         self.writer.add_custom_scalars(LAYOUT)
+        self.val_charted = False
 
     def __exit__(self, *exc: object) -> None:
         self.writer.close()
@@ -70,8 +76,13 @@ class TensorBoard(AbstractContextManager):
         """Log several scalars at `step`, tags as given (e.g. 'loss/train'; with it, LOG10_TAG)."""
         from torch.utils.tensorboard.summary import scalar
 
+        if "loss/val" in values and not self.val_charted:  # Custom Scalars reads the last
+            self.val_charted = True
+            self.writer.add_custom_scalars(VAL_LAYOUT)
         if values.get("loss/train", 0) > 0:
             values = {**values, LOG10_TAG: math.log10(values["loss/train"])}
+            self.writer.add_scalar(LOG_STEP_TAG, values[LOG10_TAG],
+                                   round(1000 * math.log10(step + 1)))
         # One event for all, not one per tag as add_scalar writes: the writer checksums each
         # event in Python on its own thread, competing with the training for the GIL.
         summaries = [scalar(tag, float(value)) for tag, value in values.items()]

@@ -144,6 +144,13 @@ def test_difference_runs_say_identical_and_missing(tmp_path):
     diff = [float(make_ndarray(e.tensor_proto)) for e in acc.Tensors(DIFF_TAG)]
     assert diff == pytest.approx(np.ones(10), rel=1e-4)
     assert acc.summary_metadata[DIFF_TAG].summary_description == "max |Δ| 1"
+    # Custom Scalars' mine − reference chart comes with the lines it draws, and only then.
+    compare_run = EventAccumulator(str(tmp_path / "differences" / "compare")).Reload()
+    assert "custom_scalars__config__" in compare_run.Tags()["tensors"]
+    write_run(tmp_path / "alone" / "0_ref", activation="builtin")  # nothing to pair
+    report.report(str(tmp_path / "alone"))
+    compare_run = EventAccumulator(str(tmp_path / "alone" / "differences" / "compare")).Reload()
+    assert "custom_scalars__config__" not in compare_run.Tags()["tensors"]
 
 
 def test_a_non_utf8_dir_name(tmp_path, capsys):

@@ -105,6 +105,11 @@ def tensorboard(logdir: Path) -> Iterator[str]:
 
 
 def serve_and_check(logdir: Path, runs: dict[str, set[str]]) -> dict:
-    """Start TensorBoard on `logdir`, wait for `runs` with their tags, always stop it."""
+    """Start TensorBoard on `logdir`, wait for `runs` with their tags, always stop it; the
+    tags, and under "custom scalars" each Custom Scalars chart's title -> its tag patterns."""
     with tensorboard(logdir) as base:
-        return wait_for_runs(base, runs, time.monotonic() + WAIT_S)
+        tags = wait_for_runs(base, runs, time.monotonic() + WAIT_S)
+        layout = get_json(base + "data/plugin/custom_scalars/layout")
+        return {**tags, "custom scalars": {chart["title"]: chart["multiline"]["tag"]
+                                           for category in layout.get("category", [])
+                                           for chart in category["chart"]}}

@@ -16,6 +16,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from fitting.track.tensorboard import (
     DIFF_TAG,
     LOG10_TAG,
+    LOG_STEP_TAG,
     METRICS,
     TensorBoard,
     hparam_values,
@@ -41,7 +42,7 @@ def test_scalars_and_histograms_read_back(tmp_path):
         tb.histograms(2, named)
     acc = read(tmp_path)
     tags = set(acc.Tags()["scalars"])
-    assert set(STEP) | {LOG10_TAG, "loss/val", "norms/weight/weight", "norms/grad/weight",
+    assert set(STEP) | {LOG10_TAG, LOG_STEP_TAG, "loss/val", "norms/weight/weight", "norms/grad/weight",
                         "norms/weight/bias", "norms/grad/bias"} == tags
     assert not [t for t in tags if t.startswith("loss_by_task")]
     assert [(e.step, e.value) for e in acc.Scalars("loss/train")] == [(0, 9.0), (1, 8.0), (2, 7.0)]
@@ -95,21 +96,39 @@ def test_hparams_session_is_in_the_run_itself_and_leaves_the_columns_to_the_swee
     assert METRICS == ("loss/train", "time/step_ms_median", "memory/saved_bytes")
 
 
-def test_custom_scalars_keep_train_and_val_apart_and_name_the_difference_chart(tmp_path):
-    with TensorBoard(tmp_path):
-        pass
-    (event,) = read(tmp_path).Tensors("custom_scalars__config__")
+def layout_charts(run_dir) -> dict[str, list[str]]:
+    """The Custom Scalars charts TensorBoard uses for a run (its last layout): title -> tags."""
+    event = read(run_dir).Tensors("custom_scalars__config__")[-1]
     layout = MessageToDict(layout_pb2.Layout.FromString(event.tensor_proto.string_val[0]))
-    charts = {chart["title"]: chart["multiline"]["tag"]
-              for category in layout["category"] for chart in category["chart"]}
-    train = [t for t, tags in charts.items() if tags == ["^loss/train$"]]
-    val = [t for t, tags in charts.items() if tags == ["^loss/val$"]]
-    assert len(train) == len(val) == 1 and train != val
-    (diff,) = [t for t, tags in charts.items() if tags == [f"^{DIFF_TAG}$"]]
-    assert "0 = identical" in diff and "no line" in diff
-    # First what answers at a glance: the loss's decades, then mine − reference.
-    assert list(charts.values())[:2] == [[f"^{LOG10_TAG}$"], [f"^{DIFF_TAG}$"]]
+    return {chart["title"]: chart["multiline"]["tag"]
+            for category in layout["category"] for chart in category["chart"]}
+
+
+@pytest.mark.parametrize("validates", [False, True], ids=["poly3", "mlp"])
+def test_custom_scalars_chart_only_what_the_run_logs_train_and_val_apart(tmp_path, validates):
+    with TensorBoard(tmp_path) as tb:
+        tb.scalars(0, STEP)
+        if validates:
+            tb.scalars(100, {"loss/val": 2.0})
+    charts = layout_charts(tmp_path)
+    assert [t for t, tags in charts.items() if tags == ["^loss/train$"]]
+    assert len([t for t, tags in charts.items() if tags == ["^loss/val$"]]) == validates
+    assert [f"^{DIFF_TAG}$"] not in charts.values()  # fitting.compare's difference runs chart it
+    assert list(charts.values())[0] == [f"^{LOG10_TAG}$"]  # the loss's decades first
     assert charts["time/step_ms_median"] == ["^time/step_ms_median$"]
+
+
+def test_a_17_step_run_spans_a_third_of_a_2000_step_ones_log_step_axis(tmp_path):
+    ends = {}
+    for steps in (17, 2000):
+        with TensorBoard(tmp_path / str(steps)) as tb:
+            for step in range(steps + 1):
+                tb.scalars(step, {"loss/train": 10.0 ** -(step / steps)})
+        points = read(tmp_path / str(steps)).Scalars(LOG_STEP_TAG)
+        assert points[0].step == 0 and points[0].value == pytest.approx(0.0)
+        assert points[-1].value == pytest.approx(-1.0)
+        ends[steps] = points[-1].step
+    assert ends == {17: 1255, 2000: 3301}  # 1000·log10(step + 1)
 
 
 def test_figure_is_saved_as_png_and_logged(tmp_path):
