@@ -1,15 +1,21 @@
 """Entry point: `python train.py [overrides]`; see `python train.py --help`."""
 
+import multiprocessing
 import os
 import signal
 import sys
 import threading
 
 SWEEP = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])
+LEFT: list[threading.Thread] = []  # threads a job's user code left running (not daemon)
+EXIT = {"code": 1}  # the status the end's SIGALRM exits with, once LEFT keeps Python's exit
 
 
 def stopped(signum: int, frame: object) -> None:
-    """A signal outside the training steps (loading, the end, a sweep waiting on its jobs)."""
+    """A signal outside the training steps (loading, the end, a sweep waiting on its jobs), or
+    the end's SIGALRM: Python's exit waits on LEFT forever, so the process ends without them."""
+    if signum == signal.SIGALRM:
+        os._exit(EXIT["code"])
     sweep_dir = os.environ.get("FITTING_SWEEP_DIR", "its sweep dir")
     where = ("the sweep stops waiting; its local and joblib jobs checkpoint and stop, SLURM's run "
              f"on (scancel checkpoints them); where each job stands: python -m fitting.compare "
@@ -18,7 +24,7 @@ def stopped(signum: int, frame: object) -> None:
     os._exit(128 + signum)  # at once: no shutdown that waits on the sweep's workers
 
 
-for _signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+for _signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
     signal.signal(_signum, stopped)
 
 import hydra  # noqa: E402
@@ -37,8 +43,18 @@ def main(cfg: DictConfig) -> float:
     from fitting.run import failed, run
 
     hydra, sweep_job = HydraConfig.get(), HydraConfig.get().mode.name == "MULTIRUN"
+    before = set(threading.enumerate())
     try:
-        return run(cfg, hydra.runtime.output_dir)
+        loss = run(cfg, hydra.runtime.output_dir)
+        if left := [t for t in set(threading.enumerate()) - before if not t.daemon]:
+            LEFT.extend(left)
+            if hydra.runtime.choices.get("hydra/launcher") not in ("basic", "joblib"):  # SLURM's
+                signal.signal(signal.SIGALRM, stopped)
+                signal.alarm(5)  # for submitit to return its result, then stopped() ends it
+            raise Stopped(f"your code left threads running ({', '.join(t.name for t in left)})"
+                          ": the process ends without waiting for them; start them with "
+                          "daemon=True, or join them", 1)
+        return loss
     except Exception as err:
         if not sweep_job and not isinstance(err, ConfigError | Stopped):
             raise  # a bug: its traceback
@@ -66,15 +82,14 @@ if __name__ == "__main__":
     if wrong := misspelled([a for a in sys.argv[1:] if not a.startswith("hydra")]):
         print(f"config error: {wrong}", file=sys.stderr)
         sys.exit(2)
-    before, code = set(threading.enumerate()), 0
+    code = 0
     try:
         main()
     except SystemExit as end:
         code = end.code if isinstance(end.code, int) else 1
-    if not SWEEP and (left := [t.name for t in set(threading.enumerate()) - before
-                               if not t.daemon]):  # a sweep's: joblib's (loky's) own
-        print(f"the run's user code left threads running ({', '.join(left)}); the process ends "
-              "without waiting for them: start them with daemon=True, or join them",
-              file=sys.stderr, flush=True)
-        os._exit(code or 1)  # Python's own exit would wait for them forever
+    for worker in multiprocessing.active_children():  # joblib's, idle: one may never exit
+        worker.terminate()  # (a job's user code left a thread running in it)
+    if any(thread.is_alive() for thread in LEFT):
+        EXIT["code"] = code or 1
+        signal.alarm(1)  # a second for them to end, then stopped() ends the process
     sys.exit(code)

@@ -255,6 +255,8 @@ def failed(out: str | Path, line: str, code: int, err: Exception) -> None:
         record = {"status": "failed", **(json.loads(path.read_text()) if path.is_file() else {}),
                   "exit": code, "reason": line,
                   "overrides": list(hydra.overrides.task) if hydra else []}
+        if record["status"] == "completed":  # then failed (its code left threads running)
+            record["status"] = "failed"
         if not isinstance(err, ConfigError | Stopped):
             record["traceback"] = "".join(traceback.format_exception(err))
         path.parent.mkdir(parents=True, exist_ok=True)

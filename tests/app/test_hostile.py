@@ -238,15 +238,34 @@ def test_an_op_in_a_joblib_sweep_that_fails_in_training_is_one_line_and_a_row(tm
     assert [results(job)["status"] for job in jobs] == ["failed", "completed"]
 
 
+THREADED = ("import threading, time, torch\nthreading.Thread(target=time.sleep, args=(3600,), "
+            "name='forever').start()\nrelu = torch.relu\n")  # not daemon: Python's exit waits
+LEFT = ("your code left threads running (forever): the process ends without waiting for them; "
+        "start them with daemon=True, or join them")
+
+
 def test_an_op_module_that_leaves_a_thread_running_does_not_hang_the_process(tmp_path):
-    (tmp_path / "threaded.py").write_text(
-        "import threading, time, torch\nthreading.Thread(target=time.sleep, args=(3600,), "
-        "name='forever').start()\nrelu = torch.relu\n")
+    (tmp_path / "threaded.py").write_text(THREADED)
     done = subprocess.run([sys.executable, TRAIN, "task=mlp", "steps=3", "ops.activation="
                            "threaded:relu", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path,
                           env={**user_env(), "PYTHONPATH": str(REPO)}, capture_output=True,
                           text=True, timeout=300)
-    assert one_line(done, 1).startswith("the run's user code left threads running (forever)")
+    assert one_line(done, 1) == LEFT + "\n"
+
+
+@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.slow)])
+def test_a_sweeps_job_that_leaves_a_thread_running_is_a_row_and_the_sweep_ends(launcher,
+                                                                              tmp_path):
+    (tmp_path / "threaded.py").write_text(THREADED)
+    done = subprocess.run([sys.executable, TRAIN, "-m", f"hydra/launcher={launcher}",
+                           "task=mlp", "steps=3", "ops.activation=threaded:relu,builtin",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path,
+                          env={**user_env(), "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    assert f"did not complete: #0 failed (exit 1): {LEFT}" in done.stdout.splitlines()
+    jobs = sorted((tmp_path / "sweep").glob("[0-9]_*"))
+    assert [results(job)["status"] for job in jobs] == ["failed", "completed"]
 
 
 @pytest.mark.parametrize("arg, line", [

@@ -284,3 +284,18 @@ def test_a_submission_slurm_refuses_is_one_line(tmp_path):
     assert code == 1 and "Traceback" not in out, out
     assert "SLURM refused the sweep's jobs: sbatch: error: Batch job submission failed: Invalid " \
            "partition name specified; check hydra.launcher.*\n" in out
+
+
+def test_a_job_whose_code_leaves_a_thread_running_ends_and_frees_its_node(sweep, tmp_path,
+                                                                          monkeypatch):
+    (tmp_path / "threaded.py").write_text(
+        "import threading, time, torch\nthreading.Thread(target=time.sleep, args=(3600,), "
+        "name='forever').start()\nrelu = torch.relu\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # sbatch passes the environment on
+    run = sweep("slurm", "task=mlp", "steps=3", "ops.activation=threaded:relu,builtin")
+    code, out = run.end()
+    assert code == 1 and "Traceback" not in out, out
+    assert "did not complete: #0 failed (exit 1): your code left threads running (forever)" in out
+    job = run.job_id(0)
+    assert wait_for(lambda: state(job) in ("FAILED", "COMPLETED") and state(job), 60,
+                    f"job {job}'s end") == "FAILED"  # not RUNNING on its node for ever
