@@ -16,6 +16,7 @@ from fitting.track.files import read_file, write_atomic
 FORMAT = 4  # bump when the payload changes: old ones are refused
 KEYS = {"format", "status", "step", "loop", "config", "model", "optimizer", "scheduler", "rng",
         "cuda_rng"}
+MAX_NODES = 10_000  # a config's keys and values: a run's has about 200
 STATUS = ("running", "interrupted", "completed", "converged", "diverged")
 
 
@@ -65,7 +66,8 @@ def load(path: Path) -> dict[str, Any]:
             or loop.get("step") != step or not isinstance(payload["config"], dict) \
             or type(payload["config"].get("steps")) is not int \
             or step > min(payload["config"]["steps"], MAX_STEPS) \
-            or not all(isinstance(v, int | float | None) for v in loop.values()):
+            or not all(isinstance(v, int | float | None) for v in loop.values()) \
+            or _nodes(payload["config"]) > MAX_NODES:
         raise _bad(path, "holds keys or values this app does not write (crafted or foreign)")
     weights = payload["model"].values() if isinstance(payload["model"], dict) else ()
     if not all(t.isfinite().all() for t in weights if torch.is_tensor(t) and t.is_floating_point()):
@@ -87,6 +89,20 @@ def restore(payload: dict[str, Any], task: Any, optimizer: Any, scheduler: Any) 
         raise ConfigError(f"{CHECKPOINT} does not fit this task or optimizer ({short(err)}); "
                           "not resumed") from None
     return State(**payload["loop"])
+
+
+def _nodes(node: Any) -> int:
+    """The keys and values in `node`, a shared one counted at each place (a pickle's references
+    can nest 2**60 of them in a few bytes, or loop): the walk stops past MAX_NODES."""
+    count, stack = 0, [node]
+    while stack and count <= MAX_NODES:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend((*item.keys(), *item.values()))
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return count
 
 
 def _bad(path: Path, what: str) -> ConfigError:

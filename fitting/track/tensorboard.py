@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import secrets
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -64,8 +65,10 @@ class TensorBoard(AbstractContextManager):
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(log_dir)
+        # A name no one can guess (TensorBoard's is time, host, pid, a count): a link planted
+        # in the dir under it cannot be there to be followed.
         self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step, max_queue=1000,
-                                    flush_secs=2)
+                                    flush_secs=2, filename_suffix=f".{secrets.token_hex(8)}")
         self.writer.add_custom_scalars(LAYOUT)
         self.val_charted = False
 

@@ -115,6 +115,23 @@ def test_a_planted_profile_trace_link_is_replaced_not_followed(tmp_path, train_c
     assert '"traceEvents"' in (out / "profile.pt.trace.json").read_text()
 
 
+def test_planted_event_file_links_are_not_followed(tmp_path, train_cli, monkeypatch):
+    """Links under every name TensorBoard's own naming (time, host, pid, a count) would give."""
+    from tensorboard.summary.writer import event_file_writer
+
+    monkeypatch.setattr(event_file_writer.time, "time", lambda: 1_800_000_000.0)
+    monkeypatch.setattr(event_file_writer.socket, "gethostname", lambda: "host")
+    precious, out = tmp_path / "precious", tmp_path / "run"
+    precious.write_text("mine")
+    out.mkdir()
+    for count in range(3000):
+        (out / f"events.out.tfevents.1800000000.host.{os.getpid()}.{count}").symlink_to(precious)
+    assert train_cli("steps=5", f"hydra.run.dir={out}").returncode == 0
+    assert precious.read_text() == "mine"
+    (written,) = [p for p in out.glob("events.out.tfevents.*") if not p.is_symlink()]
+    assert written.stat().st_size > 0
+
+
 @pytest.mark.parametrize("name", ["checkpoint.pt", "results.json", ".hydra", "train.log"])
 def test_a_dir_or_link_where_a_file_belongs_is_refused_and_nothing_changes(name, planted, tmp_path,
                                                                            train_cli):
@@ -276,11 +293,20 @@ def test_absurd_values_are_one_line(arg, line, tmp_path, train_cli):
     assert one_line(done, 2) == f"config error: {line}\n" and not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("crafted", ["step 2**70", "NaN weights"])
+@pytest.mark.parametrize("crafted", ["step 2**70", "NaN weights", "2**64 shared refs", "a loop"])
 def test_a_crafted_checkpoint_is_never_the_last_good_one(crafted, planted, train_cli):
     payload = torch.load(planted / "checkpoint.pt", weights_only=True)
     if crafted == "NaN weights":
         next(iter(payload["model"].values())).fill_(float("nan"))
+    elif crafted == "2**64 shared refs":  # a few hundred bytes; a walk of every path never ends
+        nested: list = []
+        for _ in range(64):
+            nested = [nested, nested]
+        payload["config"]["task"]["init"] = nested
+    elif crafted == "a loop":
+        loop: list = []
+        loop.append(loop)
+        payload["config"]["task"]["init"] = loop
     else:
         payload["step"] = payload["loop"]["step"] = payload["config"]["steps"] = 2**70
     torch.save(payload, planted / "checkpoint.pt")
