@@ -65,15 +65,15 @@ def experiments(runs: list[RunRecord]) -> list[list[RunRecord]]:
     return sorted(found.values(), key=lambda row: all(r.reference is None for r in row))
 
 
-def judged(row: list[RunRecord]) -> list[tuple[list[RunRecord], str | None, str]]:
+def judged(row: list[RunRecord]) -> list[tuple[list[RunRecord], str | None, list[str]]]:
     """An experiment's op choices, the reference's first: (their runs, 'ref' or trains_same's
-    verdict, a line: the choice where it differs from the reference's, their jobs, the verdict);
-    (runs, None, '') each where no run has a reference."""
+    verdict, a line per slot where the choice differs from the reference's: it, their jobs, the
+    verdict); (runs, None, []) each where no run has a reference."""
     slots, groups = differing(row), {}  # not all ops: a run that never ended has every slot's
     for run in row:
         groups.setdefault(json.dumps([run.ops.get(s) for s in slots]), []).append(run)
     if len(groups) < 2:
-        return [(group, None, "") for group in groups.values()]
+        return [(group, None, []) for group in groups.values()]
     ref = groups.pop(json.dumps([reference(row).ops.get(s) for s in slots]))
     counted = (*DONE, "diverged")  # not a run stopped early: its last loss is no final loss
 
@@ -89,17 +89,25 @@ def judged(row: list[RunRecord]) -> list[tuple[list[RunRecord], str | None, str]
         steps, gap, _ = loss_gap(run, run.reference) if mine else ([], 0, 0)
         return len(steps) > 0 and not np.any(gap)
 
-    out: list[tuple[list[RunRecord], str | None, str]] = [(ref, "ref", "")]
+    out: list[tuple[list[RunRecord], str | None, list[str]]] = [(ref, "ref", [])]
     for group in groups.values():
         done, ops = [r for r in group if r.status in counted], group[0].ops
         verdict, text = trains_same(finals(group), finals(ref), bool(done) and all(
             map(same_curve, done)))
         mine = [s for s in slots if ops.get(s) != ref[0].ops.get(s)]
-        out.append((group, verdict, f"{', '.join(f'{s}={ops[s]}' for s in mine)} [{jobs(group)}]"
-                    f" vs {', '.join(str(ref[0].ops.get(s)) for s in mine)} [{jobs(ref)}]: {text}"))
+        lines = []
+        for s in mine:  # a line per slot: slots changed together share their runs' verdict
+            theirs, others = ref[0].ops.get(s), ", ".join(o for o in mine if o != s)
+            together = f", changed with {others}" if others else ""
+            which = (f"; which slot: sweep ops.{s}={ops[s]},{theirs} alone"
+                     if others and verdict == "differs" else "")
+            lines.append(f"{s}={ops[s]} [{jobs(group)}] vs {theirs} [{jobs(ref)}]{together}: "
+                         f"{text}{which}")
+        out.append((group, verdict, lines))
     return out
 
 
 def verdict_lines(runs: list[RunRecord]) -> list[str]:
-    """A line per op choice with a reference (after `pair`): judged's."""
-    return [line for row in experiments(runs) for _, verdict, line in judged(row)[1:] if verdict]
+    """A line per slot of each op choice with a reference (after `pair`): judged's."""
+    return [line for row in experiments(runs) for _, verdict, lines in judged(row)[1:] if verdict
+            for line in lines]

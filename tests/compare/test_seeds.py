@@ -11,7 +11,8 @@ from scipy.stats import ttest_ind
 
 from fitting.compare import plot, report
 from fitting.compare.runs import pair, read_runs
-from fitting.compare.seeds import trains_same
+from fitting.compare.seeds import trains_same, verdict_lines
+from fitting.tasks import TASKS
 from tests.compare.sweeps import LOSSES, write_run
 
 SPREAD = np.array([1.0, 1.08, 0.95, 1.3, 1.02])  # the reference's seeds: skewed, mean ≠ median
@@ -112,3 +113,24 @@ def test_each_seed_is_compared_with_the_references_run_of_that_seed(tmp_path):
     md = (tmp_path / "compare.md").read_text()
     assert "- activation=my_ops:a [#0 #2 #4] vs builtin [#3]: no spread to judge" in md
     assert "- activation=my_ops:b [#1] vs builtin [#3]: no spread to judge" in md
+
+
+@pytest.mark.parametrize("worse", [False, True])
+def test_slots_changed_together_get_a_verdict_line_each(tmp_path, worse):
+    """impl=custom,builtin on a task of several slots: every slot that differs has its line."""
+    task = max(TASKS, key=lambda name: len(TASKS[name].slots))
+    slots = TASKS[task].slots
+    for seed in range(3):
+        write_run(tmp_path / f"{2 * seed}_custom", seed=seed, task=task, impl="custom",
+                  losses=LOSSES * (2.0 if worse else 1.0 + 1e-3 * (seed - 1)))
+        write_run(tmp_path / f"{2 * seed + 1}_builtin", seed=seed, task=task, impl="builtin",
+                  losses=LOSSES * (1.0 - 1e-3 * (seed - 1)))
+    runs = read_runs(str(tmp_path))
+    pair(runs)
+    lines = verdict_lines(runs)
+    assert [line.split("=", 1)[0] for line in lines] == list(slots)
+    for slot, line in zip(slots, lines, strict=True):
+        others = ", ".join(s for s in slots if s != slot)
+        assert line.startswith(f"{slot}=custom [#0 #2 #4] vs builtin [#1 #3 #5], changed with "
+                               f"{others}: " + ("differs" if worse else "the same within"))
+        assert line.endswith(f"; which slot: sweep ops.{slot}=custom,builtin alone") == worse
