@@ -299,3 +299,19 @@ def test_a_job_whose_code_leaves_a_thread_running_ends_and_frees_its_node(sweep,
     job = run.job_id(0)
     assert wait_for(lambda: state(job) in ("FAILED", "COMPLETED") and state(job), 60,
                     f"job {job}'s end") == "FAILED"  # not RUNNING on its node for ever
+
+
+def test_a_job_whose_op_fails_only_in_training_is_a_row(sweep, tmp_path, monkeypatch):
+    (tmp_path / "late.py").write_text(
+        "import torch\ncalls = 0\ndef relu(x):\n    global calls\n    calls += x.shape[0] == 256"
+        "\n    if calls >= 7:\n        raise ValueError('only at the training batch size')"
+        "\n    return torch.relu(x)\n")  # from step 3 of the mlp's training, not its pre-check
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    run = sweep("slurm", "task=mlp", "steps=8", "ckpt.every=2", "ops.activation=late:relu,builtin")
+    code, out = run.end()
+    assert code == 1 and "Traceback" not in out, out
+    assert re.search(r"did not complete: #0 failed \(exit 1\): your op \(ops.activation=late:relu"
+                     r" @\w+\) failed in training at step 3, not in its pre-check: ValueError: "
+                     r"only at the training batch size", out), out
+    assert results(run.run_dir(0))["status"] == "failed" and checkpoint(run.run_dir(0))["step"] == 2
+    assert results(run.run_dir(1))["status"] == "completed"
