@@ -225,4 +225,3 @@ def evaluate(task: Any, tb: Any, state: State, step: int, val: bool, fig: bool) 
         tb.figure("plots/fit", task.figure(task.model, step), step, path)
         return path
     return None
-

@@ -243,8 +243,6 @@ def _quiet_write_faults(stack: ExitStack) -> None:
     stack.callback(setattr, logging, "raiseExceptions", raising)
 
 
-
-
 def failed(out: str | Path, line: str, code: int, err: Exception) -> None:
     """A sweep's job that failed, for the sweep's end: its line and exit status (a bug's
     traceback too) in its results.json. Another run's dir (a refused job's) is left as it is."""
@@ -281,8 +279,6 @@ def _as_config_error() -> Iterator[None]:
         raise ConfigError(short(err, 300)) from None
 
 
-
 def _hydra() -> Any:
     """Hydra's runtime config inside a Hydra app, else None (run() called as a function)."""
     return HydraConfig.get() if HydraConfig.initialized() else None
-

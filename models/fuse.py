@@ -64,4 +64,3 @@ def _pairs(model: nn.Module, graph: fx.Graph) -> list[tuple[str, str]]:
                 and calls[conv_node.target] == calls[bn_node.target] == 1):
             pairs.append((conv_node.target, bn_node.target))
     return pairs
-

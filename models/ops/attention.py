@@ -52,7 +52,6 @@ class AttentionFn(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None
 
 
-
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 64) -> torch.Tensor:
     """Causal attention of q, k, v (…, T, d) with scale 1/√d, through AttentionFn."""
     return AttentionFn.apply(q, k, v, block)

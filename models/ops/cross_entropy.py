@@ -44,7 +44,6 @@ class LinearCrossEntropyFn(torch.autograd.Function):
                 None if grad_w is None else grad_w * grad, None, None)
 
 
-
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                          chunk: int = 256) -> torch.Tensor:
     """Mean cross-entropy of the logits x Wᵀ (x: tokens × d) against target (tokens,), fused."""

@@ -26,7 +26,6 @@ class RMSNormFn(torch.autograd.Function):
         return grad_x, grad_w, None
 
 
-
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / sqrt(mean(x², last dim) + eps) · weight, through RMSNormFn."""
     return RMSNormFn.apply(x, weight, eps)

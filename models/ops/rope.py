@@ -30,7 +30,6 @@ class RoPEFn(torch.autograd.Function):
         return grad_x, grad_cos, grad_sin
 
 
-
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x (…, T, d) rotated by the angles whose cos and sin (T, d) are given, through RoPEFn."""
     return RoPEFn.apply(x, cos, sin)

@@ -20,7 +20,6 @@ class SwiGLUFn(torch.autograd.Function):
         return grad * b * sig * (1 + a * (1 - sig)), grad * a * sig
 
 
-
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """silu(a) · b elementwise, through SwiGLUFn."""
     return SwiGLUFn.apply(a, b)

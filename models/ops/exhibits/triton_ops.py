@@ -84,4 +84,3 @@ class TritonSwiGLU(torch.autograd.Function):
         da, db = torch.empty_like(a), torch.empty_like(b)
         _launch(_swiglu_kernel, a, b, dy.contiguous(), da, db, backward=True)
         return da, db
-
