@@ -32,14 +32,10 @@ def _parse(override: str) -> tuple[str, Any]:
     return parsed.get_key_element().lstrip("+~"), parsed.value()
 
 
-def _user_op(override: str) -> bool:
-    """Whether an override could name code (resume= takes it only if the command line repeats
-    it): an op other than custom or builtin in any form (ops.<slot>=, ops={...}, +, ++, nested),
-    a _x_ key, an interpolation, a group choice that is not a plain name, an unparsable one."""
-    return _names_code(*_parse(override))
-
-
 def _names_code(key: str, value: Any) -> bool:
+    """Whether a parsed override could name code (resume= takes it only if the command line
+    repeats it): an op other than custom or builtin in any form (ops.<slot>=, ops={...}, +, ++,
+    nested), a _x_ key, an interpolation, a group choice not a plain name, an unparsable one."""
     if isinstance(value, dict | list):
         return any(_names_code(f"{key}.{k}", v) for k, v in
                    (value.items() if isinstance(value, dict) else enumerate(value)))
@@ -61,7 +57,7 @@ def resume_command(run_dir: Path) -> str:
     ops: list[str] = []
     with suppress(ConfigError, OSError):
         ops = [shlex.quote(o) for o in map(str, _read(run_dir / ".hydra" / "overrides.yaml",
-                                                      list)) if _user_op(o)]
+                                                      list)) if _names_code(*_parse(o))]
     return " ".join(["python train.py", arg, *ops])
 
 
@@ -92,7 +88,7 @@ def resume_config(cfg: DictConfig, run_dir: Path, given: list[str]) -> DictConfi
             raise ConfigError(f"{where}/.hydra/overrides.yaml sets {short(o, 60)}, which resume "
                               "does not take from a run dir (it could run code); not resumed")
     if code := [o for o, parsed in zip(stored, theirs, strict=True)
-                if _user_op(o) and parsed not in ours]:
+                if _names_code(*parsed) and parsed not in ours]:
         raise ConfigError(f"{where} names ops or code of yours ({', '.join(code)}): resume= runs "
                           "nothing a run dir names unless the command line repeats it; if you "
                           f"trust it: {resume_command(where)}")
