@@ -49,8 +49,7 @@ def _random(dtype, device) -> Callable[..., torch.Tensor]:
     return t
 
 
-def _elementwise(shapes: dict[str, tuple[int, ...]], sized: dict[str, tuple[int, ...]]
-                 ) -> Callable:
+def _elementwise(shapes: dict[str, tuple[int, ...]], sized: dict[str, tuple[int, ...]]) -> Callable:
     """Samples of an elementwise op: x as each model calls it, then the edge values; with `big`,
     x at the size the model calls it (what the card's cost row times)."""
     def samples(dtype, device, big: bool = False) -> list[Sample]:

@@ -33,9 +33,8 @@ def fuse_conv_bn(model: nn.Module, op: Op = fused_conv_bn2d) -> nn.Module:
         if any(type(m) is nn.BatchNorm2d for m in model.children()):
             warnings.warn(f"fuse_conv_bn: torch.fx cannot trace {type(model).__name__}"
                           f" ({type(err).__name__}: {str(err).strip().splitlines()[0]});"
-                          " its own Conv2d→BatchNorm2d pairs"
-                          " stay as they are, its submodules are fused one by one",
-                          stacklevel=2)
+                          " its own Conv2d→BatchNorm2d pairs stay as they are, its submodules"
+                          " are fused one by one", stacklevel=2)
         for child in model.children():
             if any(child.children()):
                 fuse_conv_bn(child, op)

@@ -64,10 +64,9 @@ def write_report(runs: list, root: str, out: str) -> str:
     undone = [f"did not complete: {job(run)} {run.status}" + (  # a failed job: train.py's line
         f" (exit {run.result['exit']}): {run.result.get('reason')}" if "exit" in run.result else "")
         for run in runs if run.status not in DONE]
-    return "\n".join([terminal_table(runs), *(textwrap.fill(v, 100, subsequent_indent="    ")
-                                              for v in verdicts),
-                      f"compare.md, compare.png: {shown(out)}", *undone,
-                      f"tensorboard --logdir {shown(root)}"]) + "\n"
+    wrapped = [textwrap.fill(v, 100, subsequent_indent="    ") for v in verdicts]
+    return "\n".join([terminal_table(runs), *wrapped, f"compare.md, compare.png: {shown(out)}",
+                      *undone, f"tensorboard --logdir {shown(root)}"]) + "\n"
 
 
 def report(root: str, out: str | None = None) -> str:

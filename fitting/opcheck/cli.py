@@ -102,8 +102,7 @@ def _setup(args) -> tuple[str, str, verdict.Case]:
     spec, ref_spec = parse_spec(args.spec), parse_spec(args.ref or "builtin")
     key = f"{'any ' if args.slot == 'any' else f'ops.{args.slot}='}{slots.describe(spec)}"
     fn = resolve(args.slot, spec, key, device)
-    ref = resolve(args.slot, ref_spec, f"--ref {slots.describe(ref_spec)}") if args.ref \
-        else None
+    ref = resolve(args.slot, ref_spec, f"--ref {slots.describe(ref_spec)}") if args.ref else None
     if args.slot == "any":
         if not ref or not (args.shape or args.inputs):
             raise OpRefused("any: give --ref and --shape 64,8 or --inputs <module>:<fn>")

@@ -49,8 +49,7 @@ def decide(use: str, found: list[Finding]) -> tuple[str, str, str]:
     status, text = max(found, key=lambda f: RANK.index(f[0]))
     wrong = sorted((t for s, t in found if s == "wrong"), key=lambda t: "no gradient" not in t)
     behind = [t for t in wrong if " in place " in t]
-    if status == "cannot run" or behind or status in ("wrong", "unsupported") and \
-            use != "training":
+    if status == "cannot run" or behind or status in ("wrong", "unsupported") and use != "training":
         return status, "refuse", (behind or [text])[0]
     if wrong:
         return status, "note", f"it differs from its contract: {'; '.join(wrong[:2])}"

@@ -100,8 +100,7 @@ def _precision(fn: Callable, parts) -> torch.dtype:
     return torch.float32 if low and outs else torch.float64
 
 
-def _check(check: Callable, fn: Callable, parts, dtype: torch.dtype = torch.float64
-           ) -> str | None:
+def _check(check: Callable, fn: Callable, parts, dtype: torch.dtype = torch.float64) -> str | None:
     """Why torch.autograd.gradcheck or gradgradcheck (fast mode; in `dtype`, with a step and
     tolerances for float32 there) fails, or None."""
     leaves = {p: t.to(dtype).requires_grad_() for p, t in leaves_of(parts).items()}
@@ -235,8 +234,7 @@ def compiles(case: Case, backend: str = "aot_eager") -> list[Finding]:
     bad = [t for s, t in compare_runs(case.fn, parts, got, run_op(case.fn, parts), case.tol)
            if s == "wrong"]
     return [("wrong", f"{what} differs from eager: {bad[0]}") if bad
-            else ("pass", f"{what} as eager"), *(("note", f"a graph break: {t}")
-                                                for _, t in found)]
+            else ("pass", f"{what} as eager"), *(("note", f"a graph break: {t}") for _, t in found)]
 
 
 def library_opcheck(fn: Callable, sample: Sample) -> Finding:

@@ -280,5 +280,4 @@ def call_on(fn: Callable, parts, params: dict, dtype=None) -> list[torch.Tensor]
 
 def leaves_of(parts) -> dict[str, torch.Tensor]:
     """Copies of the tensors of a sample's arguments that train (requires_grad), by path."""
-    return {p: t.detach().clone() for n, v, _ in parts for p, t in tensors(v, n)
-            if t.requires_grad}
+    return {p: t.detach().clone() for n, v, _ in parts for p, t in tensors(v, n) if t.requires_grad}

@@ -20,10 +20,9 @@ def hessian(loss: Callable[[], Tensor], params: Sequence[Tensor]) -> Tensor:
     params = list(params)
     grad = flatten(torch.autograd.grad(loss(), params, create_graph=True, allow_unused=True),
                    params)
-    return torch.stack([
-        flatten(torch.autograd.grad(g, params, retain_graph=True, allow_unused=True), params)
-        if g.requires_grad else torch.zeros_like(grad) for g in grad
-    ]).detach()
+    rows = [flatten(torch.autograd.grad(g, params, retain_graph=True, allow_unused=True), params)
+            if g.requires_grad else torch.zeros_like(grad) for g in grad]
+    return torch.stack(rows).detach()
 
 
 def jacobian(residuals: Callable[[dict[str, Tensor] | None], Tensor],

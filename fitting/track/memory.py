@@ -29,8 +29,7 @@ def peak_rss_bytes() -> int | None:
         # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a job started from a
         # bigger process would report that process's peak.
         with open("/proc/self/status") as status:
-            return next(int(line.split()[1]) * 1024 for line in status
-                        if line.startswith("VmHWM:"))
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
     except (OSError, StopIteration):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024  # macOS: bytes; else KiB

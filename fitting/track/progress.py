@@ -43,9 +43,8 @@ class Progress(AbstractContextManager):
             self.bar.update(done - self.bar.n)
         if done * 10 >= self.tenth * self.total or done == self.total:
             self.tenth = done * 10 // self.total + 1
-            line = tqdm.format_meter(done, self.total, time.monotonic() - self.start,
-                                     initial=self.initial, unit="step", bar_format=LINE,
-                                     postfix=self.loss)
+            line = tqdm.format_meter(done, self.total, time.monotonic() - self.start, unit="step",
+                                     initial=self.initial, bar_format=LINE, postfix=self.loss)
             record = log.makeRecord(log.name, logging.INFO, __file__, 0, line, None, None)
             for handler in logging.getLogger().handlers:
                 if isinstance(handler, logging.FileHandler):

@@ -52,8 +52,7 @@ LAYOUT = {
     "optimizer": {"optim/grad_norm": _chart("optim/grad_norm")},
 }
 VAL_LAYOUT = {**LAYOUT, "loss": {**LAYOUT["loss"], "loss/val, every run": _chart("loss/val")}}
-DIFF_LAYOUT = {"loss": {"loss/train, mine − reference (a line at 0 = identical)":
-                        _chart(DIFF_TAG)}}
+DIFF_LAYOUT = {"loss": {"loss/train, mine − reference (a line at 0 = identical)": _chart(DIFF_TAG)}}
 
 
 class TensorBoard(AbstractContextManager):

@@ -20,8 +20,7 @@ class AttentionFn(torch.autograd.Function):
     recomputes the probabilities from them, block by block (FlashAttention's recipe)."""
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                block: int) -> torch.Tensor:
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int) -> torch.Tensor:
         out, lse = torch.empty_like(q), q.new_empty(q.shape[:-1])
         for start in range(0, q.shape[-2], block):
             stop = min(start + block, q.shape[-2])

@@ -25,8 +25,7 @@ class FusedConvBN2dFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bn_weight, bn_bias, running_mean, running_var, momentum, eps,
-                conv):
+    def forward(ctx, x, weight, bn_weight, bn_bias, running_mean, running_var, momentum, eps, conv):
         # forward(ctx, ...) rather than setup_context: Function.apply then skips binding the
         # arguments with inspect.signature, a third of this op's Python overhead per call.
         y = torch.convolution(x, weight, None, *conv)

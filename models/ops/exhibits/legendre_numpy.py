@@ -21,8 +21,7 @@ def legendre_p3_numpy(x: torch.Tensor) -> torch.Tensor:
 def legendre_p3_numpy_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """grad · P3'(x) = grad · (7.5x² − 1.5) in NumPy: the backward of legendre_p3_numpy."""
     xn = x.numpy(force=True)
-    return torch.as_tensor(grad.numpy(force=True) * (7.5 * xn * xn - 1.5)).to(grad.device,
-                                                                               grad.dtype)
+    return torch.as_tensor(grad.numpy(force=True) * (7.5 * xn * xn - 1.5)).to(grad)
 
 
 # Fake kernels: shapes and dtypes only, for torch.compile's tracing.
