@@ -48,8 +48,7 @@ def table(header: Sequence[str], rows: list[Sequence[object]]) -> str:
 def write_section(name: str, argv: Sequence[str], text: str, doc: Path = DOC) -> None:
     """Replace the `<!-- bench:NAME -->` section of `doc` (or append one): command and text."""
     command = shlex.join(["python", "-m", f"fitting.bench.{name}", *argv])
-    section = (f"<!-- bench:{name} -->\nProduced by `{command}`:\n\n{text}\n"
-               f"<!-- /bench:{name} -->")
+    section = f"<!-- bench:{name} -->\nProduced by `{command}`:\n\n{text}\n<!-- /bench:{name} -->"
     old = doc.read_text() if doc.exists() else "# Benchmarks\n"
     pattern = re.compile(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", re.S)
     new = pattern.sub(lambda _: section, old) if pattern.search(old) else f"{old}\n{section}\n"
