@@ -53,9 +53,8 @@ class SweepSummary(Callback):
         print(f"{_job(config)} ended: {said}{left if start and n > k else ''}", flush=True)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        """Print fitting.compare's report (the table, the verdicts, the jobs that did not complete,
-        the TensorBoard line), then exit 1 if a job did not complete; write compare.md,
-        compare.png, the differences and HParams."""
+        """Write the HParams columns and fitting.compare's files, print its report (write_report's
+        text); exit 1 if a job did not complete."""
         from fitting.compare import runs as r
         from fitting.compare.report import write_report
 

@@ -1,10 +1,4 @@
-"""`python -m fitting.compare RUNS_DIR [--out DIR]`: compare runs that differ only in their ops.
-
-Pairs each run with its reference (the `builtin` run, else a `torch.` function, else the first
-job), prints the runs' table in 100 columns and whether each op trains the same over seeds,
-writes compare.md (the full names, the pairs), compare.png and the mine − reference runs
-(differences/) to RUNS_DIR, or all of them to DIR when given.
-"""
+"""`python -m fitting.compare RUNS_DIR [--out DIR]`: compare runs that differ only in their ops."""
 
 import argparse
 import os
