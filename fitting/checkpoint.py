@@ -33,8 +33,9 @@ class Checkpoint:
                    "config": {**OmegaConf.to_container(cfg, resolve=True), "resume": None},
                    "model": task.model.state_dict(), "optimizer": optimizer.state_dict(),
                    "scheduler": None if scheduler is None else scheduler.state_dict(),
-                   "rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state_all()
-                   if torch.cuda.is_initialized() else []}
+                   "rng": torch.get_rng_state(),
+                   "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
+                   else []}
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         write_atomic(self.path, buffer.getvalue())
