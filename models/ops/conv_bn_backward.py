@@ -39,8 +39,9 @@ def conv_in_slices(x: torch.Tensor, weight: torch.Tensor, conv: tuple, sliced: b
     """torch.convolution(x, weight, None, *conv) (not transposed), over batch slices of the
     output as batch_slices cuts it (in one call unless `sliced`)."""
     stride, padding, dilation = conv[:3]
-    spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, s, p, d in zip(
-        x.shape[2:], weight.shape[2:], stride, padding, dilation, strict=True)]
+    spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1  # torch.nn.Conv2d's output size
+               for size, k, s, p, d in zip(x.shape[2:], weight.shape[2:], stride, padding,
+                                           dilation, strict=True)]
     sample_bytes = weight.shape[0] * math.prod(spatial) * x.element_size()
     parts = _slices(x.shape[0], sample_bytes)
     if len(parts) == 1 or not sliced:
