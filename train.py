@@ -50,7 +50,7 @@ def main(cfg: DictConfig) -> float:
             LEFT.extend(left)
             if hydra.runtime.choices.get("hydra/launcher") not in ("basic", "joblib"):  # SLURM's
                 signal.signal(signal.SIGALRM, stopped)
-                signal.alarm(30)  # for submitit to write its result, then stopped() ends it
+                signal.alarm(10)  # for submitit to write its result, then stopped() ends it
             raise Stopped(f"your code left threads running ({', '.join(t.name for t in left)})"
                           ": the process ends without waiting for them; start them with "
                           "daemon=True, or join them", 1)
