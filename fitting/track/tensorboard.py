@@ -75,7 +75,7 @@ class TensorBoard(AbstractContextManager):
         self.writer.close()
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
-        """Log several scalars at `step`, tags as given (e.g. 'loss/train'; with it, LOG10_TAG)."""
+        """Log scalars at `step`, tags as given; with 'loss/train', LOG10_TAG and LOG_STEP_TAG."""
         from torch.utils.tensorboard.summary import scalar
 
         if "loss/val" in values and not self.val_charted:  # Custom Scalars reads the last
