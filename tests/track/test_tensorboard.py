@@ -104,7 +104,7 @@ def layout_charts(run_dir) -> dict[str, list[str]]:
             for category in layout["category"] for chart in category["chart"]}
 
 
-@pytest.mark.parametrize("validates", [False, True], ids=["poly3", "mlp"])
+@pytest.mark.parametrize("validates", [False, True], ids=["no validation set", "validates"])
 def test_custom_scalars_chart_only_what_the_run_logs_train_and_val_apart(tmp_path, validates):
     with TensorBoard(tmp_path) as tb:
         tb.scalars(0, STEP)
